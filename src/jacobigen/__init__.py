@@ -1,0 +1,15 @@
+"""jacobigen: fast, exact Jacobi decoding for autoregressive image generators."""
+
+from .api import Generation, generate
+from .errors import ConfigError, JacobigenError, WeightsError
+from .layout import ImageLayout
+from .methods import METHODS, get_method
+from .model import Transformer, TransformerConfig, load_transformer, save_transformer
+from .sampling import SamplingConfig
+
+__all__ = [
+    "ConfigError", "Generation", "ImageLayout", "JacobigenError", "METHODS", "SamplingConfig",
+    "Transformer", "TransformerConfig", "WeightsError", "generate", "get_method", "load_transformer",
+    "save_transformer",
+]
+__version__ = "0.1.0"

@@ -1,0 +1,67 @@
+"""The Python entry point: ``generate(model, prompt, layout=..., method="sjd", ...)``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .errors import ConfigError
+from .jacobi import JacobiDecoder, Parts
+from .layout import ImageLayout
+from .methods import Method, get_method
+from .sampling import SamplingConfig
+from .stats import DecodeStats
+
+
+@dataclass
+class Generation:
+    tokens: torch.Tensor   # [B, layout.length] generated tokens, structural ones included
+    grid: torch.Tensor     # [B, rows, cols] image token grid
+    stats: DecodeStats
+    method: Method
+
+
+def _as_batch(prompt) -> list[list[int]]:
+    if torch.is_tensor(prompt):
+        prompt = prompt.tolist()
+    if not prompt:
+        raise ConfigError("prompt is empty")
+    return [list(prompt)] if isinstance(prompt[0], int) else [list(p) for p in prompt]
+
+
+def generate(model, prompt, *, layout: ImageLayout, method: str = "sjd", window: int = 32,
+             seed: int | list[int] = 0, cfg: float = 1.0, uncond=None, temperature: float = 1.0,
+             top_k: int | None = None, top_p: float | None = None, progress: bool = False,
+             **options) -> Generation:
+    """Sample image token grids for one prompt (list of ids) or a batch of prompts.
+
+    ``seed`` is one seed per sequence; an int gives sequence i the seed ``seed + i``, and a list of
+    seeds with a single prompt samples that prompt once per seed. With ``cfg``
+    other than 1, ``uncond`` is the unconditional prompt (one for all, or one per sequence).
+    Extra keyword ``options`` go to the method's parts (see ``jacobigen methods``).
+    """
+    spec = get_method(method)
+    if not isinstance(window, int) or window < 1:
+        raise ConfigError(f"window must be an integer >= 1, got {window!r}")
+    sampling = SamplingConfig(temperature=temperature, top_k=top_k, top_p=top_p, cfg=cfg)
+    prompts = _as_batch(prompt)
+    seeds = [seed + i for i in range(len(prompts))] if isinstance(seed, int) else list(seed)
+    if len(prompts) == 1:
+        prompts = prompts * len(seeds)
+    if len(seeds) != len(prompts):
+        raise ConfigError(f"{len(seeds)} seeds for {len(prompts)} prompts")
+    rows = prompts
+    if sampling.guided:
+        if uncond is None:
+            raise ConfigError("cfg != 1 needs an unconditional prompt (uncond=...)")
+        unconds = _as_batch(uncond)
+        if len(unconds) == 1:
+            unconds = unconds * len(prompts)
+        if len(unconds) != len(prompts):
+            raise ConfigError(f"{len(unconds)} unconditional prompts for {len(prompts)} prompts")
+        rows = [r for pair in zip(prompts, unconds) for r in pair]
+    drafter, verifier = spec.build(**options)
+    parts = Parts(drafter, verifier, spec.window or window)
+    tokens, stats = JacobiDecoder(model, layout, sampling, parts).run(rows, seeds, progress)
+    return Generation(tokens, layout.grid(tokens), stats, spec)

@@ -1,0 +1,51 @@
+"""A static, ragged KV cache: each row owns a length, a block of new tokens lands right after it.
+
+Jacobi decoding writes a whole window, then keeps only what verification committed. Rows advance by
+different amounts (CFG pairs share tokens but not prefix lengths; batched sequences accept different
+run lengths), trees keep one root-to-leaf path, and 2-D layouts keep scattered tokens. All of that is
+one operation here: ``commit(keep, counts)`` moves the chosen entries of the last block, in order,
+to the end of each row's committed region.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+class KVCache:
+    def __init__(self, n_layers: int, rows: int, heads: int, capacity: int, head_dim: int,
+                 dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu"):
+        shape = (rows, heads, capacity, head_dim)
+        self.keys = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(n_layers)]
+        self.values = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(n_layers)]
+        self.lengths = torch.zeros(rows, dtype=torch.int64, device=device)
+        self.capacity = capacity
+
+    @property
+    def rows(self) -> int:
+        return self.lengths.shape[0]
+
+    def slots(self, block: int) -> torch.Tensor:
+        """Cache slots [rows, block] that a block of this size will occupy."""
+        if int(self.lengths.max()) + block > self.capacity:
+            raise ValueError(f"KV cache overflow: {int(self.lengths.max())} + {block} > {self.capacity}")
+        return self.lengths[:, None] + torch.arange(block, device=self.lengths.device)
+
+    def update(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Write a block's keys/values [rows, heads, T, dim] after each row's length; return all slots."""
+        idx = self.slots(k.shape[2])[:, None, :, None].expand(-1, k.shape[1], -1, k.shape[3])
+        self.keys[layer].scatter_(2, idx, k.to(self.keys[layer].dtype))
+        self.values[layer].scatter_(2, idx, v.to(self.values[layer].dtype))
+        return self.keys[layer], self.values[layer]
+
+    def commit(self, keep: torch.Tensor, counts: torch.Tensor) -> None:
+        """Keep ``keep[r, :counts[r]]`` (indices into the last block, increasing) for each row."""
+        keep = keep.to(self.lengths.device)
+        counts = counts.to(self.lengths.device)
+        if keep.shape[1]:
+            src = (self.lengths[:, None] + keep)[:, None, :, None]
+            dst = self.slots(keep.shape[1])[:, None, :, None]
+            for buf in (*self.keys, *self.values):
+                s = src.expand(-1, buf.shape[1], -1, buf.shape[3])
+                buf.scatter_(2, dst.expand_as(s), buf.gather(2, s))
+        self.lengths = self.lengths + counts

@@ -1,0 +1,29 @@
+"""Named random draws for one decoding iteration, keyed by (sequence seed, position, iteration)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from . import rng
+
+
+@dataclass(frozen=True)
+class Draws:
+    seeds: torch.Tensor       # [B] one seed per sequence
+    iteration: torch.Tensor   # [B] iterations this sequence has run
+
+    def uniform(self, positions: torch.Tensor, stream: int, *extra: int) -> torch.Tensor:
+        """Uniforms shaped like ``positions`` [B, ...], independent across streams and extras."""
+        shape = (-1,) + (1,) * (positions.dim() - 1)
+        return rng.uniform(self.seeds.view(shape), positions, self.iteration.view(shape), stream, *extra)
+
+    def gumbel(self, positions: torch.Tensor, vocab: int) -> torch.Tensor:
+        """Gumbel noise [B, ..., V] fixed per (seed, position) for every iteration (SCD sharing)."""
+        shape = (-1,) + (1,) * positions.dim()
+        ids = torch.arange(vocab, device=positions.device)
+        return rng.gumbel(self.seeds.view(shape), positions[..., None], rng.Stream.GUMBEL, ids)
+
+    def sample(self, probs: torch.Tensor, positions: torch.Tensor, stream: int, *extra: int) -> torch.Tensor:
+        return rng.categorical(probs, self.uniform(positions, stream, *extra).to(probs.device))

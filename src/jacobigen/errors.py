@@ -1,0 +1,13 @@
+"""Errors a user can act on: each names what was wrong, not where in torch it surfaced."""
+
+
+class JacobigenError(Exception):
+    """Base class for every error this package raises on purpose."""
+
+
+class ConfigError(JacobigenError, ValueError):
+    """A decoding or model setting is out of range or inconsistent."""
+
+
+class WeightsError(JacobigenError, RuntimeError):
+    """A weight file is missing, unreadable or does not match its model."""

@@ -1,0 +1,65 @@
+"""Decoding statistics, returned as data (DESIGN.md section 5)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+
+@dataclass
+class DecodeStats:
+    """Counts for one decode call of B sequences.
+
+    ``nfe`` counts forward passes of the whole batch, prefill included (a CFG pair is one pass).
+    ``sequence_nfe[b]`` is the number of passes sequence b took part in before it finished.
+    ``committed`` holds, per iteration, the tokens each still-running sequence committed (the
+    prefill's single token included).
+    """
+
+    batch: int
+    nfe: int = 0
+    sequence_nfe: list[int] = field(default_factory=list)
+    committed: list[int] = field(default_factory=list)
+    wall_time: float = 0.0
+    forward_time: float = 0.0
+
+    @classmethod
+    def start(cls, batch: int) -> "DecodeStats":
+        return cls(batch=batch, sequence_nfe=[0] * batch)
+
+    def record(self, step: torch.Tensor, active: torch.Tensor) -> None:
+        self.sequence_nfe = (torch.tensor(self.sequence_nfe) + active.cpu()).tolist()
+        self.committed.extend(step[active].tolist())
+
+    def finish(self, nfe: int, wall: float, forward: float) -> None:
+        self.nfe, self.wall_time, self.forward_time = nfe, wall, forward
+
+    @property
+    def overhead_time(self) -> float:
+        """Everything but the model forward: drafting, verification, cache bookkeeping."""
+        return self.wall_time - self.forward_time
+
+    @property
+    def tokens(self) -> int:
+        return sum(self.committed)
+
+    @property
+    def mean_accepted(self) -> float:
+        """Tokens committed per forward pass, averaged over sequences and iterations."""
+        return self.tokens / max(sum(self.sequence_nfe), 1)
+
+    def histogram(self) -> dict[int, int]:
+        """Iterations by number of tokens they committed (prefill excluded)."""
+        counts: dict[int, int] = {}
+        for c in self.committed[self.batch:]:
+            counts[c] = counts.get(c, 0) + 1
+        return dict(sorted(counts.items()))
+
+    def as_dict(self) -> dict:
+        return {
+            "batch": self.batch, "nfe": self.nfe, "sequence_nfe": self.sequence_nfe,
+            "tokens": self.tokens, "mean_accepted": self.mean_accepted,
+            "histogram": self.histogram(), "wall_time": self.wall_time,
+            "forward_time": self.forward_time, "overhead_time": self.overhead_time,
+        }
