@@ -28,7 +28,7 @@ def causal(t: int, device=None) -> torch.Tensor:
 
 
 def prefix_structure(lengths: torch.Tensor, t: int) -> torch.Tensor:
-    """Causal structure [R, T, T] for right-padded prefixes; padding queries see only themselves."""
+    """Causal structure [R, T, T] for right-padded prefixes: no query sees padding but its own."""
     idx = torch.arange(t, device=lengths.device)
     real = idx[None, :] < lengths[:, None]
     struct = causal(t, lengths.device)[None] & real[:, None, :]

@@ -1,0 +1,67 @@
+"""A model family plugged in: model, image layout, text -> prompt tokens, and token grid -> pixels.
+
+Decoders only see the model interface and the layout; everything family-specific (prompt format,
+unconditional prompt for CFG, VQ decoder, recommended sampling) lives in a :class:`Pipeline`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+import torch
+from PIL import Image
+
+from .api import Generation, generate
+from .layout import ImageLayout
+from .model import Transformer, TransformerConfig
+
+
+@dataclass
+class Pipeline:
+    name: str
+    model: object
+    layout: ImageLayout
+    encode: Callable[[str], list[int]]           # text prompt -> conditional prompt tokens
+    uncond: list[int]                            # unconditional prompt for CFG
+    decode: Callable[[torch.Tensor], list[Image.Image]]   # grids [B, rows, cols] -> images
+    defaults: dict = field(default_factory=dict)  # recommended sampling (cfg, temperature, top_k...)
+    note: str = ""                               # shown to users (e.g. "random weights")
+
+    def generate(self, prompts: str | list[str], **kwargs) -> tuple[Generation, list[Image.Image]]:
+        """Sample images for text prompts; keyword arguments override the recommended sampling."""
+        prompts = [prompts] if isinstance(prompts, str) else list(prompts)
+        opts = {**self.defaults, **kwargs}
+        tokens = [self.encode(p) for p in prompts]
+        gen = generate(self.model, tokens if len(tokens) > 1 else tokens[0], layout=self.layout,
+                       uncond=self.uncond, **opts)
+        return gen, self.decode(gen.grid)
+
+
+def palette_decode(grids: torch.Tensor, image_ids: tuple[int, int], scale: int = 8) -> list[Image.Image]:
+    """Show a token grid as colours (a stand-in for a VQ decoder): one hashed colour per id."""
+    lo, hi = image_ids
+    rng = np.random.default_rng(0)
+    colours = rng.integers(0, 256, size=(hi - lo, 3), dtype=np.uint8)
+    out = []
+    for g in grids.cpu().numpy():
+        img = Image.fromarray(colours[g - lo])
+        out.append(img.resize((img.width * scale, img.height * scale), Image.NEAREST))
+    return out
+
+
+def random_pipeline(seed: int = 0, rows: int = 16, cols: int = 16, codes: int = 1024) -> Pipeline:
+    """A random-weight model with a realistic layout: for trying the tools, not for pictures."""
+    torch.manual_seed(seed)
+    eol, boi, bos = codes, codes + 1, codes + 2
+    cfg = TransformerConfig(vocab_size=codes + 3 + 256, dim=128, n_layers=4, n_heads=4,
+                            max_seq_len=64 + rows * (cols + 1))
+    layout = ImageLayout(rows, cols, (0, codes), eol_id=eol, header=(boi,))
+
+    def encode(text: str) -> list[int]:
+        return [bos, *(codes + 3 + b for b in text.encode()[:48])]
+
+    return Pipeline("random", Transformer(cfg).eval(), layout, encode, [bos],
+                    lambda g: palette_decode(g, layout.image_ids),
+                    note="random weights: images are noise; the default model ships with its own issue")

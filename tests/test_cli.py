@@ -1,0 +1,32 @@
+"""The command line as a user runs it."""
+
+import json
+
+from click.testing import CliRunner
+from PIL import Image
+
+from jacobigen.cli import main
+
+
+def test_generate_writes_png_and_reports(tmp_path):
+    out, stats = tmp_path / "img.png", tmp_path / "stats.json"
+    res = CliRunner().invoke(main, ["generate", "red heart", "--model", "random", "--window", "8",
+                                    "--num-images", "2", "--out", str(out), "--stats", str(stats),
+                                    "--no-progress"])
+    assert res.exit_code == 0, res.output
+    assert "random weights" in res.output and "step compression" in res.output
+    assert Image.open(out).size == (2 * 128, 128)
+    data = json.loads(stats.read_text())
+    assert data["method"] == "sjd" and data["batch"] == 2 and data["nfe"] < data["ar_nfe"]
+
+
+def test_methods_lists_presets():
+    res = CliRunner().invoke(main, ["methods"])
+    assert res.exit_code == 0 and "sjd" in res.output and "lossless" in res.output
+
+
+def test_bad_input_is_a_message_not_a_traceback():
+    res = CliRunner().invoke(main, ["generate", "x", "--model", "random", "--window", "0"])
+    assert res.exit_code != 0 and "window must be" in res.output and "Traceback" not in res.output
+    res = CliRunner().invoke(main, ["generate", "x", "--model", "random", "-o", "nokey"])
+    assert res.exit_code != 0 and "key=value" in res.output
