@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import torch
 
-from jacobigen.drafters import Independent
-from jacobigen.verifiers import FirstRejection
+from jacobigen.drafters import Coupled, Independent, VerificationPrior
+from jacobigen.rng import Stream
+from jacobigen.tree import ProactiveTree
+from jacobigen.verifiers import Verifier
 
 
-class ResidualFromTarget(FirstRejection):
+class ResidualFromTarget(Verifier):
     """Mutant 1: on rejection draw the replacement from p instead of the residual."""
 
     def residual(self, p, q):
@@ -24,7 +26,7 @@ class StaleQ(Independent):
         return tokens, torch.where(slots.has_old[..., None], slots.old_q, q)
 
 
-class ResidualUnlessUnitMass(FirstRejection):
+class ResidualUnlessUnitMass(Verifier):
     """Mutant 6: a "numerical safety" residual that falls back to p unless its mass is about 1."""
 
     def residual(self, p, q):
@@ -33,10 +35,37 @@ class ResidualUnlessUnitMass(FirstRejection):
         return torch.where((mass - 1).abs() < 1e-3, r / mass.clamp(min=1e-30), p)
 
 
-class MinimumAcceptance(FirstRejection):
+class MinimumAcceptance(Verifier):
     """Mutant 7: always accept the first draft, so every iteration commits at least two tokens."""
 
     def accept(self, p_d, q_d, u):
         ok = super().accept(p_d, q_d, u)
-        ok[:, :1] = True
+        if ok.dim() == 2:
+            ok[:, :1] = True
         return ok
+
+
+class CarryOldQ(Coupled):
+    """Mutant 2: after coupling keeps a tail draft, carry its old q instead of the p it was kept under."""
+
+    def draft(self, slots, draws):
+        tokens, q = super().draft(slots, draws)
+        kept = slots.has_old & (tokens == slots.old_tokens)
+        return tokens, torch.where(kept[..., None], slots.old_q, q)
+
+
+class UnfusedQ(VerificationPrior):
+    """Mutant 4: SJD-VP drafts from the fused p' but records the unfused p as q."""
+
+    def draft(self, slots, draws):
+        tokens, _ = super().draft(slots, draws)
+        return tokens, slots.belief
+
+
+class SiblingsWithReplacement(ProactiveTree):
+    """Mutant 5: tree siblings drawn with replacement, verified as if drawn without."""
+
+    def expand(self, first, q, positions, draws):
+        extra = [draws.sample(q, positions, Stream.TREE, r) for r in range(1, self.width)]
+        cand = torch.stack([first, *extra], -1)
+        return cand, torch.ones_like(cand, dtype=torch.bool)

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import torch
 
 from .errors import ConfigError
-from .jacobi import JacobiDecoder, Parts
+from .jacobi import JacobiDecoder
 from .layout import ImageLayout
 from .methods import Method, get_method
 from .sampling import SamplingConfig
@@ -61,7 +61,6 @@ def generate(model, prompt, *, layout: ImageLayout, method: str = "sjd", window:
         if len(unconds) != len(prompts):
             raise ConfigError(f"{len(unconds)} unconditional prompts for {len(prompts)} prompts")
         rows = [r for pair in zip(prompts, unconds) for r in pair]
-    drafter, verifier = spec.build(**options)
-    parts = Parts(drafter, verifier, spec.window or window)
+    parts = spec.build(window, **options)
     tokens, stats = JacobiDecoder(model, layout, sampling, parts).run(rows, seeds, progress)
     return Generation(tokens, layout.grid(tokens), stats, spec)

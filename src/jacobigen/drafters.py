@@ -1,19 +1,20 @@
 """Drafters: how the next window is proposed from what the last forward revealed.
 
-A drafter sees, per window slot, its ``belief`` (the newest, possibly stale, target distribution for
-that position, or the layout's prior for positions never evaluated) and the draft that sat there
-before with the ``q`` it was drawn from. It returns new drafts and, for each, the exact distribution
-it was drawn from given everything the verifier will have seen: that ``q`` is what keeps a decoder
+A drafter sees, per window slot, its ``belief`` (the newest, possibly stale, target for that
+position, or the layout's prior for positions never evaluated) and the draft that sat there before
+with the ``q`` it was drawn from. It returns new drafts and, for each, the exact distribution it was
+drawn from given everything the verifier will have seen: that ``q`` is what keeps a decoder
 lossless (DESIGN.md section 2).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
 from .draws import Draws
+from .mrs import couple
 from .rng import Stream
 
 
@@ -23,15 +24,97 @@ class Slots:
 
     positions: torch.Tensor   # absolute generated position of each slot
     belief: torch.Tensor      # [B, W, V] target to draft from
+    has_belief: torch.Tensor  # bool: belief is a model output (else the layout's prior)
     old_tokens: torch.Tensor  # draft previously at this position (valid where has_old)
     old_q: torch.Tensor       # [B, W, V] distribution that old draft was drawn from
     has_old: torch.Tensor     # bool: an earlier draft exists and was not verified away
 
 
-class Independent:
-    """SJD: a fresh independent draw from the belief."""
-
-    name = "independent"
+class Drafter:
+    def start(self, batch: int, slots: int, vocab: int, device) -> None:
+        """Reset per-run state (only stateful drafters need it)."""
 
     def draft(self, slots: Slots, draws: Draws) -> tuple[torch.Tensor, torch.Tensor]:
+        raise NotImplementedError
+
+
+class Independent(Drafter):
+    """SJD: a fresh independent draw from the belief."""
+
+    def draft(self, slots, draws):
         return draws.sample(slots.belief, slots.positions, Stream.DRAFT), slots.belief
+
+
+class Coupled(Drafter):
+    """SCD maximal coupling (= SJD-PAC adaptive continuation): keep the old draft with probability
+    min(1, p/q) under the new belief p, else draw from the residual. The result is ~ p, so q = p."""
+
+    def draft(self, slots, draws):
+        fresh = draws.sample(slots.belief, slots.positions, Stream.DRAFT)
+        kept = couple(slots.belief, slots.old_q, slots.old_tokens,
+                      draws.uniform(slots.positions, Stream.COUPLE),
+                      draws.uniform(slots.positions, Stream.COUPLE, 1))
+        return torch.where(slots.has_old, kept, fresh), slots.belief
+
+
+class GumbelShared(Drafter):
+    """SCD Gumbel sharing: argmax(log p + g) with g fixed per (seed, position) across iterations,
+    so a draft changes only when p moves enough. Still a draw from p, so q = p."""
+
+    def draft(self, slots, draws):
+        g = draws.shared_gumbel(slots.positions, slots.belief.shape[-1])
+        return (slots.belief.log() + g).argmax(-1), slots.belief
+
+
+class VerificationPrior(Drafter):
+    """SJD-VP: reshape the belief with each position's probability trajectory, then let ``base``
+    draft from the fused p' and record q = p'.
+
+    Per position we keep the last ``history`` beliefs it received while in the window. The
+    reference is their exponentially weighted average (``decay`` per step back). Ids in the top-k
+    of p whose probability rose in each of the last ``growth_steps`` iterations get
+    ``weight * (log p - log reference)`` added to log p.
+    """
+
+    def __init__(self, base: Drafter, history: int = 4, growth_steps: int = 3, top_k: int = 50,
+                 weight: float = 1.0, decay: float = 0.5):
+        if not 1 <= growth_steps <= history:
+            raise ValueError(f"growth_steps must lie in [1, history={history}], got {growth_steps}")
+        self.base, self.history, self.growth_steps = base, history, growth_steps
+        self.top_k, self.weight, self.decay = top_k, weight, decay
+
+    def start(self, batch, slots, vocab, device):
+        self.base.start(batch, slots, vocab, device)
+        # ring buffer over positions modulo the window: a slot's owner changes only after commit
+        self.past = torch.zeros(batch, slots, self.history, vocab, device=device)
+        self.owner = torch.full((batch, slots), -1, dtype=torch.int64, device=device)
+        self.count = torch.zeros(batch, slots, dtype=torch.int64, device=device)
+
+    def fuse(self, p: torch.Tensor, past: torch.Tensor, count: torch.Tensor) -> torch.Tensor:
+        """p [..., V], past [..., H, V] newest first, count [...] valid entries -> fused p'."""
+        w = self.decay ** torch.arange(self.history, device=p.device, dtype=p.dtype)
+        w = w * (torch.arange(self.history, device=p.device) < count[..., None])
+        ref = (w[..., None] * past).sum(-2) / w.sum(-1, keepdim=True).clamp(min=1e-30)
+        tiny = torch.finfo(p.dtype).tiny
+        score = p.clamp(min=tiny).log() - ref.clamp(min=tiny).log()
+        trail = torch.cat([p[..., None, :], past[..., :self.growth_steps, :]], -2)
+        rising = (trail[..., :-1, :] > trail[..., 1:, :]).all(-2)
+        top = torch.zeros_like(rising).scatter_(-1, p.topk(min(self.top_k, p.shape[-1]), -1).indices, True)
+        boost = torch.where(rising & top & (p > 0), self.weight * score, 0.0)
+        fused = torch.softmax(p.log() + boost, -1)
+        ready = (count >= self.growth_steps)[..., None]
+        return torch.where(ready, fused, p)
+
+    def draft(self, slots, draws):
+        b = torch.arange(slots.positions.shape[0], device=slots.positions.device)[:, None]
+        ring = slots.positions % self.owner.shape[1]
+        fresh_owner = self.owner[b, ring] != slots.positions
+        count = torch.where(fresh_owner, 0, self.count[b, ring])
+        past = self.past[b, ring]
+        fused = torch.where(slots.has_belief[..., None], self.fuse(slots.belief, past, count), slots.belief)
+
+        pushed = torch.cat([slots.belief[..., None, :], past[..., :-1, :]], -2)
+        self.past[b, ring] = torch.where(slots.has_belief[..., None, None], pushed, past)
+        self.count[b, ring] = torch.where(slots.has_belief, (count + 1).clamp(max=self.history), count)
+        self.owner[b, ring] = slots.positions
+        return self.base.draft(replace(slots, belief=fused), draws)

@@ -19,7 +19,14 @@ class Draws:
         shape = (-1,) + (1,) * (positions.dim() - 1)
         return rng.uniform(self.seeds.view(shape), positions, self.iteration.view(shape), stream, *extra)
 
-    def gumbel(self, positions: torch.Tensor, vocab: int) -> torch.Tensor:
+    def gumbel(self, positions: torch.Tensor, vocab: int, stream: int) -> torch.Tensor:
+        """Fresh Gumbel noise [B, ..., V] for this iteration."""
+        shape = (-1,) + (1,) * positions.dim()
+        ids = torch.arange(vocab, device=positions.device)
+        return rng.gumbel(self.seeds.view(shape), positions[..., None], self.iteration.view(shape),
+                          stream, ids)
+
+    def shared_gumbel(self, positions: torch.Tensor, vocab: int) -> torch.Tensor:
         """Gumbel noise [B, ..., V] fixed per (seed, position) for every iteration (SCD sharing)."""
         shape = (-1,) + (1,) * positions.dim()
         ids = torch.arange(vocab, device=positions.device)

@@ -13,22 +13,25 @@ from dataclasses import dataclass
 import torch
 from tqdm.auto import tqdm
 
-from .drafters import Slots
+from .drafters import Drafter, Slots
 from .draws import Draws
 from .errors import ConfigError
 from .layout import ImageLayout
-from .masks import block_mask, causal, prefix_structure
+from .masks import block_mask, prefix_structure
 from .mrs import gather_rows
 from .rng import Stream
 from .sampling import SamplingConfig, target_probs
 from .stats import DecodeStats
+from .tree import ProactiveTree, WindowShape
+from .verifiers import Verifier, Window
 
 
 @dataclass(frozen=True)
 class Parts:
-    drafter: object
-    verifier: object
+    drafter: Drafter
+    verifier: Verifier
     window: int
+    tree: ProactiveTree | None = None
 
 
 def _sync(device: torch.device) -> None:
@@ -48,6 +51,9 @@ class JacobiDecoder:
         self.allowed = layout.allowed(v, self.device)
         self.forced = layout.forced(self.device)
         self.uniform_prior = self.allowed.float() / self.allowed.sum()
+        tree = parts.tree
+        self.shape = WindowShape(parts.window - 1, min(tree.depth, parts.window - 1) if tree else 0,
+                                 tree.width if tree else 1)
         self.forward_time = 0.0
         self.nfe = 0
 
@@ -86,7 +92,9 @@ class JacobiDecoder:
         seeds: one per sequence. Returns (tokens [B, length], DecodeStats)."""
         t_start = time.perf_counter()
         group = 2 if self.sampling.guided else 1
-        b, length, w = len(seeds), self.layout.length, self.parts.window - 1
+        b, length = len(seeds), self.layout.length
+        shape = self.shape
+        w = shape.drafts
         if len(prefixes) != b * group:
             raise ConfigError(f"expected {b * group} prefixes for {b} sequences, got {len(prefixes)}")
         prefixes = [list(p) + list(self.layout.header) for p in prefixes]
@@ -96,9 +104,10 @@ class JacobiDecoder:
                               f"the model's context of {self.model.max_seq_len}")
         if int(base.min()) < 1:
             raise ConfigError("every prompt needs at least one token")
-        cache = self.model.new_cache(b * group, int(base.max()) + length + w + 1)
+        cache = self.model.new_cache(b * group, int(base.max()) + length + shape.size)
         draws = Draws(torch.tensor(seeds, dtype=torch.int64, device=self.device),
                       torch.zeros(b, dtype=torch.int64, device=self.device))
+        self.parts.drafter.start(b, w, self.allowed.numel(), self.device)
         stats = DecodeStats.start(b)
         bar = tqdm(total=b * length, disable=not progress, unit="tok", desc="decoding")
 
@@ -108,46 +117,45 @@ class JacobiDecoder:
         stats.record(n, torch.ones_like(n, dtype=torch.bool))
         bar.update(b)
         arange_w = torch.arange(w, device=self.device)
-        drafts, q = self._draft(Slots(n[:, None] + arange_w, self.prior(n[:, None] + arange_w),
-                                      torch.zeros(b, w, dtype=torch.int64, device=self.device),
-                                      torch.zeros(b, w, self.allowed.numel(), device=self.device),
-                                      torch.zeros(b, w, dtype=torch.bool, device=self.device)), draws)
+        no = torch.zeros(b, w, dtype=torch.bool, device=self.device)
+        window = self._draft(Slots(n[:, None] + arange_w, self.prior(n[:, None] + arange_w), no,
+                                   torch.zeros(b, w, dtype=torch.int64, device=self.device),
+                                   torch.zeros(b, w, self.allowed.numel(), device=self.device), no), draws)
+        structure, spine = shape.structure(self.device), shape.spine().to(self.device)
+        node_depth = shape.node_depth().to(self.device)
 
         while bool((n < length).any()):
             active = n < length
             draws = Draws(draws.seeds, draws.iteration + active)
-            positions = (n - 1)[:, None] + torch.arange(w + 1, device=self.device)   # inputs' positions
-            inputs = torch.cat([tokens.gather(1, (n - 1)[:, None]), drafts], 1)
-            logits = self._forward(inputs.repeat_interleave(group, 0),
-                                   base[:, None] + positions.repeat_interleave(group, 0),
-                                   causal(w + 1, self.device), cache)
-            p = self._targets(logits, positions + 1)            # p[:, i] targets position n + i
+            block = shape.block_tokens(tokens.gather(1, (n - 1)[:, None]).squeeze(1), window.tokens, window.cand)
+            node_pos = (n - 1)[:, None] + node_depth                       # generated position per node
+            logits = self._forward(block.repeat_interleave(group, 0),
+                                   base[:, None] + node_pos.repeat_interleave(group, 0), structure, cache)
+            p = self._targets(logits, node_pos + 1)       # p[:, i]: target right after block node i
             m = (length - n - 1).clamp(0, w)
-            k, nxt = self.parts.verifier.verify(p, drafts, q, m, positions + 1, draws)
+            depth_pos = n[:, None] + torch.arange(w + 1, device=self.device)
+            k, nxt, path = self.parts.verifier.verify(p, window, shape, m, depth_pos, draws)
             k = torch.where(active, k, 0)
 
-            # commit the accepted run and the sampled token; keep their K/V
-            # (drafts past the run land in slots that later commits overwrite; finished sequences
-            # write into the slack past the image)
-            tokens.scatter_(1, n[:, None] + arange_w, drafts)
+            # commit the accepted path and the sampled token, keep their K/V (entries past the
+            # path land in slots that later commits overwrite; finished sequences write into slack)
+            tokens.scatter_(1, n[:, None] + arange_w, block.gather(1, path[:, 1:]))
             tokens.scatter_(1, (n + k)[:, None], nxt[:, None])
             step = (k + 1) * active
-            cache.commit(torch.arange(w + 1, device=self.device).expand(b * group, -1),
-                         step.repeat_interleave(group))
+            cache.commit(path.repeat_interleave(group, 0), step.repeat_interleave(group))
             stats.record(step, active)
             bar.update(int(step.sum()))
             n = n + step
 
-            # the next window: slot i holds position n + i; old index j = i + step
-            j = arange_w + step[:, None]
-            has_p = (j <= w) & active[:, None]
-            belief = torch.where(has_p[..., None], gather_rows(p, j.clamp(max=w)),
-                                 self.prior(n[:, None] + arange_w))
+            # the next window: slot i holds position n + i; stale targets come from the spine
             if w:
+                j = arange_w + step[:, None]
+                has_p = (j <= w) & active[:, None]
+                belief = torch.where(has_p[..., None], gather_rows(p[:, spine], j.clamp(max=w)),
+                                     self.prior(n[:, None] + arange_w))
                 jo = j.clamp(max=w - 1)
-                slots = Slots(n[:, None] + arange_w, belief, drafts.gather(1, jo),
-                              gather_rows(q, jo), (j < w) & active[:, None])
-                drafts, q = self._draft(slots, draws)
+                window = self._draft(Slots(n[:, None] + arange_w, belief, has_p, window.tokens.gather(1, jo),
+                                           gather_rows(window.q, jo), (j < w) & active[:, None]), draws)
 
         bar.close()
         stats.finish(nfe=self.nfe, wall=time.perf_counter() - t_start, forward=self.forward_time)
@@ -169,7 +177,16 @@ class JacobiDecoder:
         p0 = self._targets(last, zero)[:, 0]
         return draws.sample(p0, zero[:, 0], Stream.SAMPLE)
 
-    def _draft(self, slots: Slots, draws: Draws):
-        if slots.positions.shape[1] == 0:
-            return slots.old_tokens, slots.old_q
-        return self.parts.drafter.draft(slots, draws)
+    def _draft(self, slots: Slots, draws: Draws) -> Window:
+        b, w = slots.positions.shape
+        if w:
+            tokens, q = self.parts.drafter.draft(slots, draws)
+        else:
+            tokens, q = slots.old_tokens, slots.old_q
+        d = self.shape.depth if self.shape.tree else 0
+        if d:
+            cand, valid = self.parts.tree.expand(tokens[:, :d], q[:, :d], slots.positions[:, :d], draws)
+        else:
+            cand = torch.zeros(b, 0, 1, dtype=torch.int64, device=self.device)
+            valid = torch.zeros(b, 0, 1, dtype=torch.bool, device=self.device)
+        return Window(tokens, q, cand, valid)

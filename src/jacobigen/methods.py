@@ -1,47 +1,83 @@
-"""Named methods: presets that pick a drafter, a verifier and a window (DESIGN.md section 4)."""
+"""Named methods: presets that pick a drafter, a verifier, a tree and a window (DESIGN.md section 4).
+
+A preset is a recipe of parts; every hyper-parameter has the paper's default and can be overridden
+by keyword (API) or ``-o key=value`` (CLI). ``scd-mc`` coupling and SJD-PAC's adaptive
+continuation are the same operation (keep a tail draft with probability min(1, p/q), else draw from
+the residual), so ``sjd-pac`` and ``scd-mc+pac`` coincide; in ``scd-gs+pac`` Gumbel sharing plays
+that role.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable
 
-from .drafters import Independent
+from .drafters import Coupled, GumbelShared, Independent, VerificationPrior
 from .errors import ConfigError
-from .verifiers import FirstRejection
+from .jacobi import Parts
+from .tree import ProactiveTree
+from .verifiers import Verifier
+
+DRAFTERS = {"independent": Independent, "mc": Coupled, "gs": GumbelShared}
+VP_DEFAULTS = {"vp_history": 4, "vp_growth_steps": 3, "vp_top_k": 50, "vp_weight": 1.0, "vp_decay": 0.5}
+TREE_DEFAULTS = {"tree_depth": 3, "tree_width": 4}
 
 
 @dataclass(frozen=True)
 class Method:
     name: str
     description: str
-    lossless: bool
-    drafter: Callable[..., object]
-    verifier: Callable[..., object]
-    window: int | None = None          # fixed window (ar), else the caller's
-    options: dict = field(default_factory=dict)
+    drafter: str = "independent"
+    vp: bool = False
+    tree: bool = False
+    verifier: type = Verifier
+    window: int | None = None            # fixed window (ar), else the caller's
+    extra: dict = field(default_factory=dict)
 
-    def build(self, **overrides):
+    @property
+    def lossless(self) -> bool:
+        return self.verifier.lossless
+
+    @property
+    def options(self) -> dict:
+        return {**(VP_DEFAULTS if self.vp else {}), **(TREE_DEFAULTS if self.tree else {}), **self.extra}
+
+    def build(self, window: int, **overrides) -> Parts:
         unknown = set(overrides) - set(self.options)
         if unknown:
             known = ", ".join(sorted(self.options)) or "none"
             raise ConfigError(f"method {self.name!r} has no option(s) {', '.join(sorted(unknown))} "
                               f"(its options: {known})")
-        opts = {**self.options, **overrides}
-        return self.drafter(**opts), self.verifier(**opts)
+        o = {**self.options, **overrides}
+        drafter = DRAFTERS[self.drafter]()
+        if self.vp:
+            if not 1 <= o["vp_growth_steps"] <= o["vp_history"]:
+                raise ConfigError(f"vp_growth_steps must lie in [1, vp_history={o['vp_history']}]")
+            drafter = VerificationPrior(drafter, o["vp_history"], o["vp_growth_steps"], o["vp_top_k"],
+                                        o["vp_weight"], o["vp_decay"])
+        tree = None
+        if self.tree:
+            if o["tree_depth"] < 1 or o["tree_width"] < 1:
+                raise ConfigError("tree_depth and tree_width must be >= 1")
+            tree = ProactiveTree(o["tree_depth"], o["tree_width"])
+        verifier = self.verifier(**{k: o[k] for k in self.extra})
+        return Parts(drafter, verifier, self.window or window, tree)
 
 
-def _parts(cls):
-    return lambda **_: cls()
-
-
-METHODS: dict[str, Method] = {
-    m.name: m for m in [
-        Method("ar", "plain autoregressive sampling, one token per forward", True,
-               _parts(Independent), _parts(FirstRejection), window=1),
-        Method("sjd", "Speculative Jacobi Decoding: independent drafts, stop at first rejection", True,
-               _parts(Independent), _parts(FirstRejection)),
-    ]
-}
+METHODS: dict[str, Method] = {m.name: m for m in [
+    Method("ar", "plain autoregressive sampling, one token per forward", window=1),
+    Method("sjd", "Speculative Jacobi Decoding: independent drafts, stop at first rejection"),
+    Method("scd-mc", "SCD maximal coupling: tail drafts kept with prob min(1, p/q)", drafter="mc"),
+    Method("scd-gs", "SCD Gumbel sharing: drafts argmax(log p + g), g fixed per position", drafter="gs"),
+    Method("sjd-pac", "SJD-PAC: adaptive continuation + proactive tree at the rejection point",
+           drafter="mc", tree=True),
+    Method("sjd-vp", "SJD-VP: drafts from p fused with each position's probability trajectory", vp=True),
+    Method("scd-mc+pac", "maximal coupling with the proactive tree (equals sjd-pac)", drafter="mc", tree=True),
+    Method("scd-gs+pac", "Gumbel sharing with the proactive tree", drafter="gs", tree=True),
+    Method("pac+vp", "SJD-PAC drafting from the verification-prior fused p'", drafter="mc", tree=True, vp=True),
+    Method("scd-mc+vp", "maximal coupling from the verification-prior fused p'", drafter="mc", vp=True),
+    Method("scd-mc+pac+vp", "coupling, proactive tree and verification prior together", drafter="mc",
+           tree=True, vp=True),
+]}
 
 
 def get_method(name: str) -> Method:

@@ -1,39 +1,115 @@
-"""Verifiers: which drafts of a window are committed, and the token that follows them."""
+"""Verifiers: which drafts of a window are committed, and the token that follows them.
+
+:class:`Verifier` is exact modified rejection sampling. It walks the window from the root: at the
+proactive tree's depths it tests the K sibling candidates one after another (recursive rejection:
+after a rejection the target becomes the residual and the rejected candidate leaves q), then it
+runs along the chain with the vectorised first-rejection rule. The first depth where nothing passes
+gets a draw from the residual; if everything passed, a bonus draw from the next target. Relaxed
+(lossy) verifiers change only :meth:`Verifier.accept` and :meth:`Verifier.residual`.
+"""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 
 from .draws import Draws
 from .mrs import accepts, residual
 from .rng import Stream
+from .tree import WindowShape
 
 
-class FirstRejection:
-    """SJD: accept the leading run of drafts that pass MRS; at the first rejection commit a draw from
-    the residual, or, if every draft passed, a bonus draw from the next target."""
+@dataclass
+class Window:
+    """Drafts in flight: the spine draft per depth, with q, and the tree's sibling candidates."""
 
-    name = "first-rejection"
+    tokens: torch.Tensor       # [B, W] spine drafts for depths 1..W
+    q: torch.Tensor            # [B, W, V] distribution each spine draft was drawn from
+    cand: torch.Tensor         # [B, D, K] candidates per tree depth (rank 0 = spine draft)
+    cand_valid: torch.Tensor   # [B, D, K] False where q had fewer than K ids to offer
+
+
+def without(q: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+    """q with ``ids`` removed and renormalised (the law of the next draw without replacement)."""
+    q = q.scatter(-1, ids[:, None], 0.0)
+    mass = q.sum(-1, keepdim=True)
+    return torch.where(mass > 0, q / mass.clamp(min=torch.finfo(q.dtype).tiny), q)
+
+
+def _pick(x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+    return x.gather(-1, idx[:, None]).squeeze(-1)
+
+
+class Verifier:
+    name = "mrs"
     lossless = True
 
-    def accept(self, p_d, q_d, u):
+    def accept(self, p_d: torch.Tensor, q_d: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
         return accepts(p_d, q_d, u)
 
-    def residual(self, p, q):
+    def residual(self, p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
         return residual(p, q)
 
-    def verify(self, p: torch.Tensor, drafts: torch.Tensor, q: torch.Tensor, m: torch.Tensor,
-               positions: torch.Tensor, draws: Draws) -> tuple[torch.Tensor, torch.Tensor]:
-        """p [B, W+1, V] targets for positions n..n+W; drafts [B, W] ~ q [B, W, V]; m [B] drafts that
-        lie inside the image; positions [B, W+1]. Returns (accepted count k [B], next token [B])."""
-        w = drafts.shape[1]
-        p_d = p[:, :w].gather(-1, drafts[..., None]).squeeze(-1)
-        q_d = q.gather(-1, drafts[..., None]).squeeze(-1)
-        ok = self.accept(p_d, q_d, draws.uniform(positions[:, :w], Stream.ACCEPT))
-        ok &= torch.arange(w, device=ok.device) < m[:, None]
-        k = ok.to(torch.int64).cumprod(-1).sum(-1)
-        rows = torch.arange(p.shape[0], device=p.device)
-        rejected = (k < m)[:, None]
-        q_k = torch.where(rejected, q[rows, k.clamp(max=w - 1)] if w else 0.0, 0.0)
-        target = torch.where(rejected, self.residual(p[rows, k], q_k), p[rows, k])
-        return k, draws.sample(target, positions[rows, k], Stream.SAMPLE)
+    def verify(self, p: torch.Tensor, window: Window, shape: WindowShape, m: torch.Tensor,
+               positions: torch.Tensor, draws: Draws):
+        """p [B, size, V]: target for the depth after each block node. m [B]: depths inside the
+        image. positions [B, W+1]: position of depths 1..W+1.
+
+        Returns (k [B] accepted drafts, next token [B], path [B, W+1] block indices whose first
+        k+1 entries are the root and the accepted nodes).
+        """
+        b, w = window.tokens.shape
+        rows = torch.arange(b, device=p.device)
+        depth = shape.depth if shape.tree else 0
+        cur = torch.zeros(b, dtype=torch.int64, device=p.device)
+        path = torch.zeros(b, w + 1, dtype=torch.int64, device=p.device)
+        k = torch.zeros_like(cur)
+        live = torch.ones(b, dtype=torch.bool, device=p.device)
+        final = p[rows, cur]
+
+        for t in range(1, depth + 1):
+            target, chosen = self._siblings(p[rows, cur], window, t, m, positions[:, t - 1], draws)
+            parent_rank = cur - (shape.level_start(t - 1) if t > 1 else 0)
+            child = shape.level_start(t) + parent_rank * shape.width + chosen
+            go = live & (chosen >= 0)
+            final = torch.where((live & ~go)[:, None], target, final)
+            cur, k = torch.where(go, child, cur), k + go
+            path[:, t] = torch.where(go, child, path[:, t])
+            live &= go
+
+        spine = shape.spine().to(p.device)
+        on_spine = live & (cur == spine[depth])
+        drafts, q = window.tokens[:, depth:], window.q[:, depth:]
+        p_chain = p[:, spine[depth:w]]
+        ok = self.accept(p_chain.gather(-1, drafts[..., None]).squeeze(-1),
+                         q.gather(-1, drafts[..., None]).squeeze(-1),
+                         draws.uniform(positions[:, depth:w], Stream.ACCEPT))
+        ok &= torch.arange(depth, w, device=p.device) < m[:, None]
+        run = torch.where(on_spine, ok.to(torch.int64).cumprod(-1).sum(-1), 0)
+        node = torch.where(on_spine, spine[depth + run], cur)
+        rejected = on_spine & (depth + run < m.clamp(max=w))
+        q_rej = q[rows, run.clamp(max=max(w - depth - 1, 0))] if w > depth else torch.zeros_like(final)
+        chain_target = torch.where(rejected[:, None], self.residual(p[rows, node], q_rej), p[rows, node])
+        final = torch.where(live[:, None], chain_target, final)
+        steps = torch.arange(1, w + 1 - depth, device=p.device)
+        fill = on_spine[:, None] & (steps <= run[:, None])
+        path[:, depth + 1:] = torch.where(fill, spine[depth + 1:], path[:, depth + 1:])
+        k = k + run
+        return k, draws.sample(final, positions[rows, k], Stream.SAMPLE), path
+
+    def _siblings(self, target, window: Window, t: int, m, position, draws: Draws):
+        """Recursive rejection over the K candidates of depth t. Returns the distribution to draw
+        from if all are rejected, and the accepted rank (-1 if none)."""
+        q = window.q[:, t - 1]
+        cand, valid = window.cand[:, t - 1], window.cand_valid[:, t - 1] & (t <= m)[:, None]
+        chosen = torch.full_like(m, -1)
+        for r in range(cand.shape[1]):
+            c = cand[:, r]
+            open_ = valid[:, r] & (chosen < 0)
+            ok = self.accept(_pick(target, c), _pick(q, c), draws.uniform(position, Stream.ACCEPT, r)) & open_
+            chosen = torch.where(ok, r, chosen)
+            rej = (open_ & ~ok)[:, None]
+            target = torch.where(rej, self.residual(target, q), target)
+            q = torch.where(rej, without(q, c), q)
+        return target, chosen
