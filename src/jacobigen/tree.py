@@ -101,8 +101,9 @@ class ProactiveTree:
         """first [B, D] rank-0 drafts, q [B, D, V]. Returns candidates and validity [B, D, K]."""
         keys = q.clamp(min=0).log() + draws.gumbel(positions, q.shape[-1], Stream.TREE)
         keys = keys.scatter(-1, first[..., None], float("-inf"))
-        rest = keys.topk(self.width - 1, dim=-1)
-        cand = torch.cat([first[..., None], rest.indices], -1)
-        valid = torch.cat([torch.ones_like(first[..., None], dtype=torch.bool),
-                           rest.values > float("-inf")], -1)
+        rest = keys.topk(min(self.width - 1, q.shape[-1]), dim=-1)
+        pad = self.width - 1 - rest.indices.shape[-1]
+        cand = torch.cat([first[..., None], rest.indices, first[..., None].expand(*first.shape, pad)], -1)
+        valid = torch.cat([torch.ones_like(first[..., None], dtype=torch.bool), rest.values > float("-inf"),
+                           torch.zeros(*first.shape, pad, dtype=torch.bool, device=first.device)], -1)
         return cand, valid
