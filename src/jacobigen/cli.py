@@ -96,6 +96,46 @@ def generate(prompts, model_spec, method, window, seed, num_images, cfg, tempera
     click.echo(f"wrote {out}")
 
 
+def _csv(kind):
+    def parse(ctx, param, value):
+        try:
+            return [kind(v) for v in value.split(",") if v]
+        except ValueError as e:
+            raise click.BadParameter(str(e)) from e
+    return parse
+
+
+@main.command()
+@click.option("--model", "model_spec", default="default", show_default=True)
+@click.option("--methods", "method_names", default="sjd,scd-mc,scd-gs,sjd-pac,sjd-vp,scd-mc+pac+vp",
+              show_default=True, callback=_csv(str), help="Comma-separated presets (ar is always run).")
+@click.option("--window", "windows", default="16,32,64", show_default=True, callback=_csv(int))
+@click.option("--prompts", "n_prompts", default=2, show_default=True, type=int,
+              help="How many of the model's example prompts to use.")
+@click.option("--seeds", "n_seeds", default=1, show_default=True, type=int)
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
+              default=Path("bench-out"), show_default=True)
+def bench(model_spec, method_names, windows, n_prompts, n_seeds, out_dir):
+    """Compare methods on the same prompts and seeds; write bench.json and bench.md."""
+    from .bench import markdown, run_bench, write_report
+    from .models import load_pipeline
+
+    try:
+        pipe = load_pipeline(model_spec)
+        if pipe.note:
+            click.echo(f"model: {pipe.name} ({pipe.note})")
+        if n_prompts < 1 or n_seeds < 1:
+            raise click.BadParameter("--prompts and --seeds must be >= 1")
+        prompts = (pipe.example_prompts * n_prompts)[:n_prompts]
+        rows = run_bench(pipe, method_names, windows, prompts, list(range(n_seeds)))
+    except JacobigenError as e:
+        raise click.ClickException(str(e)) from e
+    write_report(rows, out_dir, {"model": pipe.name, "prompts": prompts, "seeds": n_seeds,
+                                 "sampling": pipe.defaults})
+    click.echo(markdown(rows))
+    click.echo(f"wrote {out_dir / 'bench.json'} and {out_dir / 'bench.md'}")
+
+
 @main.command()
 def methods():
     """List method presets, whether each is lossless, and their options."""

@@ -28,6 +28,8 @@ class Pipeline:
     decode: Callable[[torch.Tensor], list[Image.Image]]   # grids [B, rows, cols] -> images
     defaults: dict = field(default_factory=dict)  # recommended sampling (cfg, temperature, top_k...)
     note: str = ""                               # shown to users (e.g. "random weights")
+    example_prompts: list[str] = field(default_factory=lambda: ["red heart", "blue car", "smiling face",
+                                                                "green tree", "yellow star"])
 
     def generate(self, prompts: str | list[str], **kwargs) -> tuple[Generation, list[Image.Image]]:
         """Sample images for text prompts; keyword arguments override the recommended sampling."""
@@ -62,6 +64,12 @@ def random_pipeline(seed: int = 0, rows: int = 16, cols: int = 16, codes: int = 
     def encode(text: str) -> list[int]:
         return [bos, *(codes + 3 + b for b in text.encode()[:48])]
 
-    return Pipeline("random", Transformer(cfg).eval(), layout, encode, [bos],
+    model = Transformer(cfg)
+    with torch.no_grad():  # fan-in scaled weights: peaked, context-dependent next-token laws
+        for p in model.parameters():
+            if p.dim() == 2:
+                p.normal_(0, p.shape[1] ** -0.5)
+        model.embed.weight.normal_(0, 1.0)
+    return Pipeline("random", model.eval(), layout, encode, [bos],
                     lambda g: palette_decode(g, layout.image_ids),
                     note="random weights: images are noise; the default model ships with its own issue")
