@@ -14,7 +14,7 @@ from jacobigen.verifiers import Verifier
 class ResidualFromTarget(Verifier):
     """Mutant 1: on rejection draw the replacement from p instead of the residual."""
 
-    def residual(self, p, q):
+    def residual(self, p, q, d):
         return p
 
 
@@ -29,7 +29,7 @@ class StaleQ(Independent):
 class ResidualUnlessUnitMass(Verifier):
     """Mutant 6: a "numerical safety" residual that falls back to p unless its mass is about 1."""
 
-    def residual(self, p, q):
+    def residual(self, p, q, d):
         r = (p - q).clamp(min=0)
         mass = r.sum(-1, keepdim=True)
         return torch.where((mass - 1).abs() < 1e-3, r / mass.clamp(min=1e-30), p)
@@ -38,8 +38,8 @@ class ResidualUnlessUnitMass(Verifier):
 class MinimumAcceptance(Verifier):
     """Mutant 7: always accept the first draft, so every iteration commits at least two tokens."""
 
-    def accept(self, p_d, q_d, u):
-        ok = super().accept(p_d, q_d, u)
+    def accept(self, p, q, d, u):
+        ok = super().accept(p, q, d, u)
         if ok.dim() == 2:
             ok[:, :1] = True
         return ok

@@ -63,4 +63,5 @@ def generate(model, prompt, *, layout: ImageLayout, method: str = "sjd", window:
         rows = [r for pair in zip(prompts, unconds) for r in pair]
     parts = spec.build(window, **options)
     tokens, stats = JacobiDecoder(model, layout, sampling, parts).run(rows, seeds, progress)
+    stats.lossless = spec.lossless
     return Generation(tokens, layout.grid(tokens), stats, spec)

@@ -108,6 +108,7 @@ class JacobiDecoder:
         draws = Draws(torch.tensor(seeds, dtype=torch.int64, device=self.device),
                       torch.zeros(b, dtype=torch.int64, device=self.device))
         self.parts.drafter.start(b, w, self.allowed.numel(), self.device)
+        self.parts.verifier.bind(self.model, self.layout)
         stats = DecodeStats.start(b)
         bar = tqdm(total=b * length, disable=not progress, unit="tok", desc="decoding")
 

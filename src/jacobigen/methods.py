@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from .drafters import Coupled, GumbelShared, Independent, VerificationPrior
 from .errors import ConfigError
 from .jacobi import Parts
+from .relaxed import GroupVerifier, LanternVerifier
 from .tree import ProactiveTree
 from .verifiers import Verifier
 
@@ -77,6 +78,12 @@ METHODS: dict[str, Method] = {m.name: m for m in [
     Method("scd-mc+vp", "maximal coupling from the verification-prior fused p'", drafter="mc", vp=True),
     Method("scd-mc+pac+vp", "coupling, proactive tree and verification prior together", drafter="mc",
            tree=True, vp=True),
+    Method("gsd", "GSD: accept by the mass of the draft's latent-neighbour group (lossy)",
+           verifier=GroupVerifier, extra={"gsd_k": 4}),
+    Method("lantern", "LANTERN: draft borrows up to delta from its latent neighbours (lossy)",
+           verifier=LanternVerifier, extra={"lantern_k": 8, "lantern_delta": 0.1}),
+    Method("lantern+vp", "LANTERN acceptance with verification-prior drafting (lossy)", vp=True,
+           verifier=LanternVerifier, extra={"lantern_k": 8, "lantern_delta": 0.1}),
 ]}
 
 

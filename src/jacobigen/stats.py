@@ -23,6 +23,7 @@ class DecodeStats:
     committed: list[int] = field(default_factory=list)
     wall_time: float = 0.0
     forward_time: float = 0.0
+    lossless: bool = True        # False for relaxed (lossy) verifiers
 
     @classmethod
     def start(cls, batch: int) -> "DecodeStats":
@@ -58,7 +59,7 @@ class DecodeStats:
 
     def as_dict(self) -> dict:
         return {
-            "batch": self.batch, "nfe": self.nfe, "sequence_nfe": self.sequence_nfe,
+            "batch": self.batch, "lossless": self.lossless, "nfe": self.nfe, "sequence_nfe": self.sequence_nfe,
             "tokens": self.tokens, "mean_accepted": self.mean_accepted,
             "histogram": self.histogram(), "wall_time": self.wall_time,
             "forward_time": self.forward_time, "overhead_time": self.overhead_time,

@@ -37,18 +37,19 @@ def without(q: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
     return torch.where(mass > 0, q / mass.clamp(min=torch.finfo(q.dtype).tiny), q)
 
 
-def _pick(x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
-    return x.gather(-1, idx[:, None]).squeeze(-1)
-
-
 class Verifier:
     name = "mrs"
     lossless = True
 
-    def accept(self, p_d: torch.Tensor, q_d: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
-        return accepts(p_d, q_d, u)
+    def bind(self, model, layout) -> None:
+        """Called once per decode with the model and layout (relaxed verifiers look up neighbours)."""
 
-    def residual(self, p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    def accept(self, p: torch.Tensor, q: torch.Tensor, d: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+        """Which drafts d [...] ~ q [..., V] pass under target p [..., V] with uniforms u [...]."""
+        return accepts(p.gather(-1, d[..., None]).squeeze(-1), q.gather(-1, d[..., None]).squeeze(-1), u)
+
+    def residual(self, p: torch.Tensor, q: torch.Tensor, d: torch.Tensor) -> torch.Tensor:
+        """Where to draw from after draft d [...] was rejected."""
         return residual(p, q)
 
     def verify(self, p: torch.Tensor, window: Window, shape: WindowShape, m: torch.Tensor,
@@ -82,15 +83,17 @@ class Verifier:
         on_spine = live & (cur == spine[depth])
         drafts, q = window.tokens[:, depth:], window.q[:, depth:]
         p_chain = p[:, spine[depth:w]]
-        ok = self.accept(p_chain.gather(-1, drafts[..., None]).squeeze(-1),
-                         q.gather(-1, drafts[..., None]).squeeze(-1),
-                         draws.uniform(positions[:, depth:w], Stream.ACCEPT))
+        ok = self.accept(p_chain, q, drafts, draws.uniform(positions[:, depth:w], Stream.ACCEPT))
         ok &= torch.arange(depth, w, device=p.device) < m[:, None]
         run = torch.where(on_spine, ok.to(torch.int64).cumprod(-1).sum(-1), 0)
         node = torch.where(on_spine, spine[depth + run], cur)
         rejected = on_spine & (depth + run < m.clamp(max=w))
-        q_rej = q[rows, run.clamp(max=max(w - depth - 1, 0))] if w > depth else torch.zeros_like(final)
-        chain_target = torch.where(rejected[:, None], self.residual(p[rows, node], q_rej), p[rows, node])
+        if w > depth:
+            at = run.clamp(max=w - depth - 1)
+            chain_target = torch.where(rejected[:, None],
+                                       self.residual(p[rows, node], q[rows, at], drafts[rows, at]), p[rows, node])
+        else:
+            chain_target = p[rows, node]
         final = torch.where(live[:, None], chain_target, final)
         steps = torch.arange(1, w + 1 - depth, device=p.device)
         fill = on_spine[:, None] & (steps <= run[:, None])
@@ -107,9 +110,9 @@ class Verifier:
         for r in range(cand.shape[1]):
             c = cand[:, r]
             open_ = valid[:, r] & (chosen < 0)
-            ok = self.accept(_pick(target, c), _pick(q, c), draws.uniform(position, Stream.ACCEPT, r)) & open_
+            ok = self.accept(target, q, c, draws.uniform(position, Stream.ACCEPT, r)) & open_
             chosen = torch.where(ok, r, chosen)
             rej = (open_ & ~ok)[:, None]
-            target = torch.where(rej, self.residual(target, q), target)
+            target = torch.where(rej, self.residual(target, q, c), target)
             q = torch.where(rej, without(q, c), q)
         return target, chosen

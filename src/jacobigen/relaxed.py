@@ -1,0 +1,103 @@
+"""Relaxed (lossy) verifiers that the seeds compare with: GSD and LANTERN (DESIGN.md section 4.5).
+
+Both trade exactness for acceptance by letting a draft borrow probability from tokens whose VQ
+latents are close to it. Neighbours come from the model's codebook (``model.latent_codebook``,
+rows aligned with the layout's image ids) or, for models without one, from the output embedding
+rows of the image ids. They are computed once per (model, k) and cached. Neither ever accepts a
+token outside the target's support (top-k/top-p truncation holds). With no relaxation (k = 0, or
+LANTERN's delta = 0) both reduce to exact modified rejection sampling.
+"""
+
+from __future__ import annotations
+
+import weakref
+
+import torch
+
+from .errors import ConfigError
+from .mrs import accepts, residual
+from .verifiers import Verifier
+
+_NEIGHBOURS: "weakref.WeakKeyDictionary[object, dict]" = weakref.WeakKeyDictionary()
+
+
+def _latents(model) -> torch.Tensor:
+    for get in (lambda m: m.latent_codebook, lambda m: m.head.weight,
+                lambda m: m.get_output_embeddings().weight):
+        try:
+            return get(model).detach().float()
+        except AttributeError:
+            continue
+    raise ConfigError("relaxed verifiers need token latents: give the model a `latent_codebook` "
+                      "attribute (VQ codebook rows for the image ids)")
+
+
+def latent_neighbours(model, image_ids: tuple[int, int], vocab: int, k: int) -> torch.Tensor:
+    """[V, k] ids of each image id's k nearest latent neighbours (excluding itself); ids outside
+    the image range are their own neighbours (they borrow nothing they did not have)."""
+    per_model = _NEIGHBOURS.setdefault(model, {})
+    key = (image_ids, vocab, k)
+    if key not in per_model:
+        lo, hi = image_ids
+        lat = _latents(model)
+        lat = lat[lo:hi] if lat.shape[0] >= hi else lat[: hi - lo]
+        if lat.shape[0] != hi - lo:
+            raise ConfigError(f"latent codebook has {lat.shape[0]} rows, image ids need {hi - lo}")
+        k_eff = min(k, hi - lo - 1)
+        dist = torch.cdist(lat, lat)
+        dist.fill_diagonal_(float("inf"))
+        near = dist.topk(k_eff, largest=False).indices + lo
+        table = torch.arange(vocab)[:, None].repeat(1, k_eff)
+        table[lo:hi] = near
+        per_model[key] = table.to(lat.device)
+    return per_model[key]
+
+
+class _Neighbourhood(Verifier):
+    lossless = False
+    k = 0
+
+    def bind(self, model, layout):
+        device = next(model.parameters()).device
+        self.nb = latent_neighbours(model, layout.image_ids, model.vocab_size, self.k).to(device)
+
+    def _mass(self, p: torch.Tensor, d: torch.Tensor) -> torch.Tensor:
+        """Probability of d's neighbours (not d itself) under p."""
+        return p.gather(-1, self.nb[d]).sum(-1) if self.nb.shape[1] else torch.zeros_like(d, dtype=p.dtype)
+
+
+class GroupVerifier(_Neighbourhood):
+    """GSD: accept d if u <= p(G) / q(G) over the group G = {d} and its k nearest latent neighbours."""
+
+    def __init__(self, gsd_k: int = 4):
+        if gsd_k < 0:
+            raise ConfigError(f"gsd_k must be >= 0, got {gsd_k}")
+        self.k = gsd_k
+
+    def accept(self, p, q, d, u):
+        p_d = p.gather(-1, d[..., None]).squeeze(-1)
+        q_g = q.gather(-1, d[..., None]).squeeze(-1) + self._mass(q, d)
+        return accepts(p_d + self._mass(p, d), q_g, u) & (p_d > 0)
+
+
+class LanternVerifier(_Neighbourhood):
+    """LANTERN: p~(d) = p(d) + min(p(k nearest latent neighbours of d), delta); accept if
+    u <= p~(d)/q(d). On rejection d and its neighbours leave the residual (their mass was offered)."""
+
+    def __init__(self, lantern_k: int = 8, lantern_delta: float = 0.1):
+        if lantern_k < 0 or not 0 <= lantern_delta <= 1:
+            raise ConfigError(f"lantern_k must be >= 0 and lantern_delta in [0, 1], "
+                              f"got {lantern_k}, {lantern_delta}")
+        self.k, self.delta = lantern_k, lantern_delta
+
+    def accept(self, p, q, d, u):
+        p_d = p.gather(-1, d[..., None]).squeeze(-1)
+        relaxed = p_d + self._mass(p, d).clamp(max=self.delta)
+        return accepts(torch.where(p_d > 0, relaxed, p_d), q.gather(-1, d[..., None]).squeeze(-1), u)
+
+    def residual(self, p, q, d):
+        r = (p - q).clamp(min=0)
+        if self.delta > 0 and self.nb.shape[1]:
+            r = r.scatter(-1, self.nb[d], 0.0).scatter(-1, d[..., None], 0.0)
+        mass = r.sum(-1, keepdim=True)
+        return torch.where(mass > 0, r / mass.clamp(min=torch.finfo(r.dtype).tiny), residual(p, q))
