@@ -15,7 +15,7 @@ def test_generate_writes_png_and_reports(tmp_path):
                                     "--no-progress"])
     assert res.exit_code == 0, res.output
     assert "random weights" in res.output and "step compression" in res.output
-    assert Image.open(out).size == (2 * 128, 128)
+    assert Image.open(out).size == (2 * 256, 256)
     data = json.loads(stats.read_text())
     assert data["method"] == "sjd" and data["batch"] == 2 and data["nfe"] < data["ar_nfe"]
 

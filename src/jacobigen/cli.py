@@ -13,7 +13,9 @@ from .errors import JacobigenError
 from .methods import METHODS
 
 
-def image_grid(images: list[Image.Image]) -> Image.Image:
+def image_grid(images: list[Image.Image], size: int) -> Image.Image:
+    """Images scaled to ``size`` pixels wide (nearest neighbour: tokens stay visible), tiled."""
+    images = [img.resize((size, round(size * img.height / img.width)), Image.NEAREST) for img in images]
     cols = math.ceil(math.sqrt(len(images)))
     rows = math.ceil(len(images) / cols)
     w, h = images[0].size
@@ -58,11 +60,13 @@ def main():
 @click.option("--option", "-o", "options", multiple=True, help="Method hyper-parameter, KEY=VALUE.")
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=Path("out.png"),
               show_default=True, help="PNG to write (a grid when several images).")
+@click.option("--size", default=256, show_default=True, type=click.IntRange(min=8),
+              help="Width in pixels of each image in the PNG.")
 @click.option("--stats", "stats_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Also write the decoding statistics as JSON.")
 @click.option("--progress/--no-progress", default=True, show_default=True)
 def generate(prompts, model_spec, method, window, seed, num_images, cfg, temperature, top_k, top_p,
-             options, out, stats_path, progress):
+             options, out, size, stats_path, progress):
     """Generate images for PROMPTS and report how many forward passes it took."""
     from .models import load_pipeline
 
@@ -81,7 +85,7 @@ def generate(prompts, model_spec, method, window, seed, num_images, cfg, tempera
     except JacobigenError as e:
         raise click.ClickException(str(e)) from e
     out.parent.mkdir(parents=True, exist_ok=True)
-    (images[0] if len(images) == 1 else image_grid(images)).save(out)
+    image_grid(images, size).save(out)
     s = gen.stats
     ar_nfe = pipe.layout.length  # AR: one forward per generated token, the first from the prefill
     per_seq = sum(s.sequence_nfe) / len(s.sequence_nfe)

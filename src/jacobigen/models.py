@@ -2,16 +2,46 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import torch
+from PIL import Image
+
+from . import embedded as E
 from .errors import ConfigError
+from .layout import ImageLayout
+from .model import load_transformer
 from .pipeline import Pipeline, random_pipeline
+
+WEIGHTS = Path(__file__).parent / "weights"
+EMBEDDED_PROMPTS = ["red heart", "grinning face", "red apple", "blue car", "sun", "green tree",
+                    "yellow star", "pizza"]
+
+
+def embedded_pipeline(weights: Path = WEIGHTS, device: str = "cpu") -> Pipeline:
+    """The emoji model that ships in the package: VQ tokenizer + text-conditioned AR transformer."""
+    from .vq import VQModel
+
+    vq = VQModel.load(Path(weights) / "vq.safetensors", device=device)
+    model = load_transformer(Path(weights) / "ar.safetensors", device=device)
+    # LANTERN/GSD neighbours come from the VQ codebook rows of the image ids.
+    model.latent_codebook = vq.quantizer.codes().detach()
+    layout = ImageLayout(E.GRID, E.GRID, (0, E.CODEBOOK_SIZE), eol_id=E.EOL, end_id=E.EOI)
+
+    def decode(grids: torch.Tensor) -> list[Image.Image]:
+        pixels = (vq.decode(grids) * 255).round().byte().permute(0, 2, 3, 1).cpu().numpy()
+        return [Image.fromarray(p) for p in pixels]
+
+    return Pipeline("emoji", model, layout, E.caption_tokens, E.unconditional_tokens(), decode,
+                    defaults={"cfg": 3.0, "temperature": 1.0, "top_k": 200},
+                    example_prompts=EMBEDDED_PROMPTS)
 
 
 def load_pipeline(spec: str = "default", device: str = "cpu") -> Pipeline:
     if spec == "random":
         return random_pipeline()
-    if spec == "default":
-        # The embedded model is not shipped yet: run the random model and say so.
-        return random_pipeline()
+    if spec in ("default", "emoji"):
+        return embedded_pipeline(device=device)
     family, _, path = spec.partition(":")
     raise ConfigError(f"unknown model {spec!r}: use 'default', 'random' or FAMILY:PATH "
                       f"(family {family!r} with path {path!r} is not supported yet)")

@@ -41,16 +41,11 @@ class Pipeline:
         return gen, self.decode(gen.grid)
 
 
-def palette_decode(grids: torch.Tensor, image_ids: tuple[int, int], scale: int = 8) -> list[Image.Image]:
-    """Show a token grid as colours (a stand-in for a VQ decoder): one hashed colour per id."""
+def palette_decode(grids: torch.Tensor, image_ids: tuple[int, int]) -> list[Image.Image]:
+    """Show a token grid as colours (a stand-in for a VQ decoder): one fixed colour per id."""
     lo, hi = image_ids
-    rng = np.random.default_rng(0)
-    colours = rng.integers(0, 256, size=(hi - lo, 3), dtype=np.uint8)
-    out = []
-    for g in grids.cpu().numpy():
-        img = Image.fromarray(colours[g - lo])
-        out.append(img.resize((img.width * scale, img.height * scale), Image.NEAREST))
-    return out
+    colours = np.random.default_rng(0).integers(0, 256, size=(hi - lo, 3), dtype=np.uint8)
+    return [Image.fromarray(colours[g - lo]) for g in grids.cpu().numpy()]
 
 
 def random_pipeline(seed: int = 0, rows: int = 16, cols: int = 16, codes: int = 1024) -> Pipeline:
