@@ -11,11 +11,17 @@ from jacobigen.pipeline import random_pipeline
 
 def test_bench_cli_writes_outputs(tmp_path):
     res = CliRunner().invoke(main, ["bench", "--model", "random", "--methods", "sjd,scd-mc+pac",
-                                    "--window", "4,8", "--prompts", "1", "--out", str(tmp_path)])
+                                    "--window", "4,8,auto", "--prompts", "1", "--out", str(tmp_path)])
     assert res.exit_code == 0, res.output
     data = json.loads((tmp_path / "bench.json").read_text())
-    names = [(r["method"], r["window"]) for r in data["rows"]]
-    assert names == [("ar", 1), ("sjd", 4), ("sjd", 8), ("scd-mc+pac", 4), ("scd-mc+pac", 8)]
+    names = [(r["method"], r["window"], r["auto"]) for r in data["rows"]]
+    auto = {m: data["auto"][m]["window"] for m in ("sjd", "scd-mc+pac")}
+    assert names == [("ar", 1, False), ("sjd", 4, False), ("sjd", 8, False), ("sjd", auto["sjd"], True),
+                     ("scd-mc+pac", 4, False), ("scd-mc+pac", 8, False),
+                     ("scd-mc+pac", auto["scd-mc+pac"], True)]
+    assert data["cost_curve"]["1"] > 0
+    for png in ["speedup.png", "tokens_per_iteration.png", "compression_vs_window.png", "cost_curve.png"]:
+        assert (tmp_path / png).stat().st_size > 1000
     ar = data["rows"][0]
     assert ar["nfe"] == 272 and ar["step_compression"] == 1.0
     assert all(r["step_compression"] > 1 for r in data["rows"][1:])
@@ -24,7 +30,8 @@ def test_bench_cli_writes_outputs(tmp_path):
 
 def test_figures_follow_model_and_seed():
     def nfe(seed_model, seeds):
-        rows = run_bench(random_pipeline(seed=seed_model), ["sjd"], [8], ["red heart"], seeds, progress=False)
+        rows, _ = run_bench(random_pipeline(seed=seed_model), ["sjd"], [8], ["red heart"], seeds,
+                            progress=False)
         return rows[1].nfe
     base = nfe(0, [0])
     assert nfe(1, [0]) != base or nfe(0, [1]) != base

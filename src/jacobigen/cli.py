@@ -103,7 +103,7 @@ def generate(prompts, model_spec, method, window, seed, num_images, cfg, tempera
 def _csv(kind):
     def parse(ctx, param, value):
         try:
-            return [kind(v) for v in value.split(",") if v]
+            return [v if v == "auto" else kind(v) for v in value.split(",") if v]
         except ValueError as e:
             raise click.BadParameter(str(e)) from e
     return parse
@@ -113,7 +113,8 @@ def _csv(kind):
 @click.option("--model", "model_spec", default="default", show_default=True)
 @click.option("--methods", "method_names", default="sjd,scd-mc,scd-gs,sjd-pac,sjd-vp,scd-mc+pac+vp",
               show_default=True, callback=_csv(str), help="Comma-separated presets (ar is always run).")
-@click.option("--window", "windows", default="16,32,64", show_default=True, callback=_csv(int))
+@click.option("--window", "windows", default="16,32,64", show_default=True, callback=_csv(int),
+              help="Comma-separated windows; 'auto' picks one per method from this device's costs.")
 @click.option("--prompts", "n_prompts", default=2, show_default=True, type=int,
               help="How many of the model's example prompts to use.")
 @click.option("--seeds", "n_seeds", default=1, show_default=True, type=int)
@@ -131,13 +132,13 @@ def bench(model_spec, method_names, windows, n_prompts, n_seeds, out_dir):
         if n_prompts < 1 or n_seeds < 1:
             raise click.BadParameter("--prompts and --seeds must be >= 1")
         prompts = (pipe.example_prompts * n_prompts)[:n_prompts]
-        rows = run_bench(pipe, method_names, windows, prompts, list(range(n_seeds)))
+        rows, extra = run_bench(pipe, method_names, windows, prompts, list(range(n_seeds)))
     except JacobigenError as e:
         raise click.ClickException(str(e)) from e
-    write_report(rows, out_dir, {"model": pipe.name, "prompts": prompts, "seeds": n_seeds,
-                                 "sampling": pipe.defaults})
+    write_report(rows, extra, out_dir, {"model": pipe.name, "prompts": prompts, "seeds": n_seeds,
+                                        "sampling": pipe.defaults})
     click.echo(markdown(rows))
-    click.echo(f"wrote {out_dir / 'bench.json'} and {out_dir / 'bench.md'}")
+    click.echo(f"wrote {out_dir}/: bench.json, bench.md and plots")
 
 
 @main.command()

@@ -1,0 +1,63 @@
+"""What a forward pass costs on this device, and the window that makes a method fastest here.
+
+On 2 CPU cores a 32-token forward costs a few single-token forwards; on a GPU about one. So the
+window that maximises tokens per second differs per device and per method: the method decides how
+many tokens an iteration commits, the device what a block of that size costs.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import torch
+
+from .masks import block_mask, causal
+from .tree import WindowShape
+
+
+def forward_cost_curve(model, sizes: list[int], context: int = 64, reps: int = 5) -> dict[int, float]:
+    """Median seconds of one forward over a block of each size after ``context`` cached tokens."""
+    device = next(model.parameters()).device
+    curve = {}
+    for size in sizes:
+        times = []
+        for _ in range(reps + 1):  # the first rep warms up
+            cache = model.new_cache(1, context + size)
+            cache.lengths += context
+            tokens = torch.zeros(1, size, dtype=torch.int64, device=device)
+            positions = torch.arange(context, context + size, device=device)[None]
+            mask = block_mask(cache.lengths, cache.capacity, causal(size, device))
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            t0 = time.perf_counter()
+            with torch.inference_mode():
+                model(tokens, positions, mask, cache)
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            times.append(time.perf_counter() - t0)
+        curve[size] = statistics.median(times[1:])
+    return curve
+
+
+def interpolate(curve: dict[int, float], size: int) -> float:
+    """Piecewise-linear cost of a block size from the measured curve (linear beyond its ends)."""
+    xs = sorted(curve)
+    if size <= xs[0]:
+        return curve[xs[0]]
+    for a, b in zip(xs, xs[1:]):
+        if size <= b:
+            return curve[a] + (curve[b] - curve[a]) * (size - a) / (b - a)
+    a, b = xs[-2], xs[-1]
+    return curve[b] + (curve[b] - curve[a]) * (size - b) / (b - a)
+
+
+def block_size(parts) -> int:
+    """Tokens in one forward of a method's window (tree nodes included)."""
+    tree = parts.tree
+    w = parts.window - 1
+    return WindowShape(w, min(tree.depth, w) if tree else 0, tree.width if tree else 1).size
+
+
+def predicted_seconds_per_image(nfe: float, block: int, curve: dict[int, float]) -> float:
+    return nfe * interpolate(curve, block)

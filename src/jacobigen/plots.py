@@ -1,0 +1,69 @@
+"""Benchmark figures (matplotlib, no display needed)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+
+def plot_bench(rows, cost_curve: dict | None, out_dir: Path) -> None:
+    fixed = [r for r in rows if not r.auto and r.method != "ar"]
+    methods = list(dict.fromkeys(r.method for r in fixed))
+    windows = sorted({r.window for r in fixed})
+
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4))
+    width = 0.8 / max(len(windows), 1)
+    for i, w in enumerate(windows):
+        sel = {r.method: r for r in fixed if r.window == w}
+        xs = [j + i * width for j in range(len(methods))]
+        axes[0].bar(xs, [sel[m].step_compression if m in sel else 0 for m in methods], width, label=f"window {w}")
+        axes[1].bar(xs, [sel[m].latency_speedup if m in sel else 0 for m in methods], width, label=f"window {w}")
+    for ax, title in zip(axes, ["step compression vs ar", "latency speedup vs ar"]):
+        ax.set_xticks([j + 0.4 - width / 2 for j in range(len(methods))], methods, rotation=45, ha="right")
+        ax.axhline(1, color="grey", lw=0.8)
+        ax.set_title(title)
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(out_dir / "speedup.png", dpi=120)
+    plt.close(fig)
+
+    biggest = [r for r in fixed if r.window == max(windows)] if windows else []
+    if biggest:
+        fig, axes = plt.subplots(1, len(biggest), figsize=(3 * len(biggest), 3), sharey=True, squeeze=False)
+        for ax, r in zip(axes[0], biggest):
+            total = sum(r.histogram.values())
+            ks = sorted(int(k) for k in r.histogram)
+            ax.bar(ks, [r.histogram[k] / total for k in ks])
+            ax.set_title(f"{r.method}\n1-token: {100 * r.single_token_share:.0f}%", fontsize=9)
+            ax.set_xlabel("tokens / iteration")
+        fig.suptitle(f"tokens committed per iteration (window {max(windows)})")
+        fig.tight_layout()
+        fig.savefig(out_dir / "tokens_per_iteration.png", dpi=120)
+        plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for m in methods:
+        pts = sorted((r.window, r.step_compression) for r in fixed if r.method == m)
+        ax.plot(*zip(*pts), marker="o", label=m)
+    ax.set_xlabel("window")
+    ax.set_ylabel("step compression")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(out_dir / "compression_vs_window.png", dpi=120)
+    plt.close(fig)
+
+    if cost_curve:
+        fig, ax = plt.subplots(figsize=(6, 4))
+        xs = sorted(cost_curve)
+        base = cost_curve[xs[0]]
+        ax.plot(xs, [cost_curve[x] / base for x in xs], marker="o")
+        ax.set_xlabel("tokens in one forward")
+        ax.set_ylabel("cost / single-token forward")
+        ax.set_title("forward cost on this device")
+        fig.tight_layout()
+        fig.savefig(out_dir / "cost_curve.png", dpi=120)
+        plt.close(fig)
