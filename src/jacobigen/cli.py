@@ -49,6 +49,7 @@ def main():
 @click.argument("prompts", nargs=-1, required=True)
 @click.option("--model", "model_spec", default="default", show_default=True,
               help="'default' (embedded emoji model), 'random' (random weights), or FAMILY:PATH.")
+@click.option("--device", default=None, help="cpu, cuda, cuda:1 ... (default: cuda if available).")
 @click.option("--method", default="sjd", show_default=True, help="Method preset (see `jacobigen methods`).")
 @click.option("--window", default=32, show_default=True, type=int, help="Tokens in flight per iteration.")
 @click.option("--seed", default=0, show_default=True, type=int)
@@ -65,13 +66,13 @@ def main():
 @click.option("--stats", "stats_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Also write the decoding statistics as JSON.")
 @click.option("--progress/--no-progress", default=True, show_default=True)
-def generate(prompts, model_spec, method, window, seed, num_images, cfg, temperature, top_k, top_p,
+def generate(prompts, model_spec, device, method, window, seed, num_images, cfg, temperature, top_k, top_p,
              options, out, size, stats_path, progress):
     """Generate images for PROMPTS and report how many forward passes it took."""
     from .models import load_pipeline
 
     try:
-        pipe = load_pipeline(model_spec)
+        pipe = load_pipeline(model_spec, device)
         if pipe.note:
             click.echo(f"model: {pipe.name} ({pipe.note})")
         sampling = {k: v for k, v in dict(cfg=cfg, temperature=temperature, top_k=top_k,
@@ -111,6 +112,7 @@ def _csv(kind):
 
 @main.command()
 @click.option("--model", "model_spec", default="default", show_default=True)
+@click.option("--device", default=None, help="cpu, cuda, ... (default: cuda if available).")
 @click.option("--methods", "method_names", default="sjd,scd-mc,scd-gs,sjd-pac,sjd-vp,scd-mc+pac+vp",
               show_default=True, callback=_csv(str), help="Comma-separated presets (ar is always run).")
 @click.option("--window", "windows", default="16,32,64", show_default=True, callback=_csv(int),
@@ -120,13 +122,13 @@ def _csv(kind):
 @click.option("--seeds", "n_seeds", default=1, show_default=True, type=int)
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
               default=Path("bench-out"), show_default=True)
-def bench(model_spec, method_names, windows, n_prompts, n_seeds, out_dir):
+def bench(model_spec, device, method_names, windows, n_prompts, n_seeds, out_dir):
     """Compare methods on the same prompts and seeds; write bench.json and bench.md."""
     from .bench import markdown, run_bench, write_report
     from .models import load_pipeline
 
     try:
-        pipe = load_pipeline(model_spec)
+        pipe = load_pipeline(model_spec, device)
         if pipe.note:
             click.echo(f"model: {pipe.name} ({pipe.note})")
         if n_prompts < 1 or n_seeds < 1:

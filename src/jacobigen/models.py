@@ -37,11 +37,19 @@ def embedded_pipeline(weights: Path = WEIGHTS, device: str = "cpu") -> Pipeline:
                     example_prompts=EMBEDDED_PROMPTS)
 
 
-def load_pipeline(spec: str = "default", device: str = "cpu") -> Pipeline:
+def load_pipeline(spec: str = "default", device: str | None = None) -> Pipeline:
+    """``default``/``emoji`` (shipped), ``random``, or ``FAMILY:PATH`` for a real model family.
+    ``device=None`` picks CUDA when available."""
+    if device is None:
+        device = "cuda" if torch.cuda.is_available() else "cpu"
     if spec == "random":
         return random_pipeline()
     if spec in ("default", "emoji"):
         return embedded_pipeline(device=device)
     family, _, path = spec.partition(":")
-    raise ConfigError(f"unknown model {spec!r}: use 'default', 'random' or FAMILY:PATH "
-                      f"(family {family!r} with path {path!r} is not supported yet)")
+    from .families import FAMILIES, load_family
+
+    if family.lower() in FAMILIES and path:
+        return load_family(family, path, device)
+    raise ConfigError(f"unknown model {spec!r}: use 'default', 'random' or FAMILY:PATH with FAMILY "
+                      f"one of {', '.join(sorted(FAMILIES))}")

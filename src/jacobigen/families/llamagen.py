@@ -1,0 +1,396 @@
+"""LlamaGen GPT (class- and text-conditional), our own implementation loading its checkpoint keys.
+
+Architecture facts from FoundationVision/LlamaGen ``autoregressive/models/gpt.py``: Llama blocks
+(``attention.wqkv`` fused [q, k, v], ``attention.wo``, ``feed_forward.w1/w2/w3`` SwiGLU with hidden
+``find_multiple(int(2 * 4 * dim / 3) * ffn_dim_multiplier, 256)``, RMSNorm computed in float), 2-D RoPE
+on interleaved pairs (first half of the pairs rotated by the row, second half by the column), and
+condition tokens whose RoPE table rows are all zero (their queries and keys are zero vectors).
+No EOL or end token. c2i: one condition token ``cls_embedding.embedding_table[label]``; the CFG row
+uses the extra "null" label ``num_classes``. t2i: 120 FLAN-T5 caption embeddings through
+``cls_embedding.cap_proj``, left-padded and masked; the CFG row is ``uncond_embedding`` at the same
+positions.
+
+Condition tokens in our single id space: ids ``< codes`` are VQ codes, ids ``codes + j`` are condition
+slots (c2i: label j; t2i: row j of a bank of registered caption embeddings). Masked caption padding
+is dropped from the prompt, which is exact: padding is invisible to every other token and RoPE of
+condition tokens is zero, so only the image tokens' grid index (position - prompt length) matters.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..cache import KVCache
+from ..errors import ConfigError, WeightsError
+from ..layout import ImageLayout
+from ..pipeline import palette_decode
+from .base import FamilyPipeline, require_dir, to_pil
+
+HEADS = {768: 12, 1024: 16, 1280: 20, 1536: 24, 2048: 32, 2560: 40, 3200: 32, 4096: 32}  # GPT-B .. 7B
+C2I_DEFAULTS = {"cfg": 4.0, "temperature": 1.0, "top_k": None, "top_p": None}
+T2I_DEFAULTS = {"cfg": 7.5, "temperature": 1.0, "top_k": 1000, "top_p": None}
+
+
+@dataclass(frozen=True)
+class LlamaGenConfig:
+    dim: int
+    n_layer: int
+    n_head: int
+    n_kv_head: int | None = None
+    multiple_of: int = 256
+    ffn_dim_multiplier: float | None = None
+    rope_base: float = 10000.0
+    norm_eps: float = 1e-5
+    vocab_size: int = 16384          # VQ codes
+    model_type: str = "c2i"
+    num_classes: int = 1000
+    caption_dim: int = 2048
+    cls_token_num: int = 1
+    block_size: int = 256            # image tokens (a square grid)
+    bank_prompts: int = 16           # t2i: caption embeddings kept at once
+
+    @property
+    def kv_heads(self) -> int:
+        return self.n_kv_head or self.n_head
+
+    @property
+    def head_dim(self) -> int:
+        return self.dim // self.n_head
+
+    @property
+    def hidden_dim(self) -> int:
+        h = int(2 * 4 * self.dim / 3)
+        if self.ffn_dim_multiplier is not None:
+            h = int(self.ffn_dim_multiplier * h)
+        return -(-h // self.multiple_of) * self.multiple_of
+
+    @property
+    def grid(self) -> int:
+        return int(round(self.block_size ** 0.5))
+
+    @property
+    def cond_ids(self) -> int:
+        """Condition slots after the codes: labels + null label, or the caption bank + uncond rows."""
+        if self.model_type == "c2i":
+            return self.num_classes + 1
+        return (self.bank_prompts + 1) * self.cls_token_num
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x):
+        xf = x.float()
+        return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)).type_as(x) * self.weight
+
+
+class Attention(nn.Module):
+    def __init__(self, c: LlamaGenConfig, layer: int):
+        super().__init__()
+        self.c, self.layer = c, layer
+        self.wqkv = nn.Linear(c.dim, (c.n_head + 2 * c.kv_heads) * c.head_dim, bias=False)
+        self.wo = nn.Linear(c.dim, c.dim, bias=False)
+
+    def forward(self, x, rope, mask, cache):
+        c, (r, t, _) = self.c, x.shape
+        kv = c.kv_heads * c.head_dim
+        q, k, v = self.wqkv(x).split([c.dim, kv, kv], dim=-1)
+        q = rotate_pairs(q.view(r, t, c.n_head, c.head_dim), rope).transpose(1, 2)
+        k = rotate_pairs(k.view(r, t, c.kv_heads, c.head_dim), rope).transpose(1, 2)
+        v = v.view(r, t, c.kv_heads, c.head_dim).transpose(1, 2)
+        if cache is not None:
+            k, v = cache.update(self.layer, k, v)
+        rep = c.n_head // c.kv_heads
+        if rep > 1:
+            k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None)
+        return self.wo(y.transpose(1, 2).reshape(r, t, -1))
+
+
+class FeedForward(nn.Module):
+    def __init__(self, c: LlamaGenConfig):
+        super().__init__()
+        self.w1 = nn.Linear(c.dim, c.hidden_dim, bias=False)
+        self.w3 = nn.Linear(c.dim, c.hidden_dim, bias=False)
+        self.w2 = nn.Linear(c.hidden_dim, c.dim, bias=False)
+
+    def forward(self, x):
+        return self.w2(F.silu(self.w1(x)) * self.w3(x))
+
+
+class Block(nn.Module):
+    def __init__(self, c: LlamaGenConfig, layer: int):
+        super().__init__()
+        self.attention = Attention(c, layer)
+        self.feed_forward = FeedForward(c)
+        self.attention_norm = RMSNorm(c.dim, c.norm_eps)
+        self.ffn_norm = RMSNorm(c.dim, c.norm_eps)
+
+    def forward(self, x, rope, mask, cache):
+        h = x + self.attention(self.attention_norm(x), rope, mask, cache)
+        return h + self.feed_forward(self.ffn_norm(h))
+
+
+class LabelEmbedder(nn.Module):
+    def __init__(self, c: LlamaGenConfig):
+        super().__init__()
+        self.embedding_table = nn.Embedding(c.num_classes + 1, c.dim)
+
+    def forward(self, slots):
+        return self.embedding_table(slots)
+
+
+class CaptionEmbedder(nn.Module):
+    """cap_proj MLP over T5 embeddings; slots index a bank whose first rows are ``uncond_embedding``."""
+
+    def __init__(self, c: LlamaGenConfig):
+        super().__init__()
+        self.cap_proj = nn.Module()
+        self.cap_proj.fc1 = nn.Linear(c.caption_dim, c.dim, bias=False)
+        self.cap_proj.fc2 = nn.Linear(c.dim, c.dim, bias=False)
+        self.register_buffer("uncond_embedding", torch.zeros(c.cls_token_num, c.caption_dim))
+        self.register_buffer("bank", torch.zeros(c.cond_ids, c.caption_dim), persistent=False)
+        self.c, self.next_slot = c, 0
+
+    def register(self, caption: torch.Tensor) -> int:
+        """Store one prompt's caption rows [<=120, caption_dim]; returns the first slot id."""
+        n = self.c.cls_token_num
+        self.bank[:n] = self.uncond_embedding
+        slot = 1 + self.next_slot % self.c.bank_prompts
+        self.next_slot += 1
+        self.bank[slot * n:slot * n + caption.shape[0]] = caption.to(self.bank)
+        return slot * n
+
+    def forward(self, slots):
+        e = self.bank[slots].to(self.cap_proj.fc1.weight.dtype)
+        return self.cap_proj.fc2(F.gelu(self.cap_proj.fc1(e), approximate="tanh"))
+
+
+class LlamaGenCache(KVCache):
+    """Our KVCache plus each row's prompt length, learned at prefill: the grid index of an image
+    token is its position minus that length."""
+
+    prompt_len: torch.Tensor | None = None
+
+
+class LlamaGen(nn.Module):
+    """The GPT behind our model interface; state-dict keys are LlamaGen's."""
+
+    def __init__(self, c: LlamaGenConfig):
+        super().__init__()
+        if c.grid ** 2 != c.block_size:
+            raise ConfigError(f"block_size {c.block_size} is not a square grid")
+        self.config = c
+        self.cls_embedding = LabelEmbedder(c) if c.model_type == "c2i" else CaptionEmbedder(c)
+        self.tok_embeddings = nn.Embedding(c.vocab_size, c.dim)
+        self.layers = nn.ModuleList(Block(c, i) for i in range(c.n_layer))
+        self.norm = RMSNorm(c.dim, c.norm_eps)
+        self.output = nn.Linear(c.dim, c.vocab_size, bias=False)
+
+    @property
+    def vocab_size(self) -> int:
+        return self.config.vocab_size + self.config.cond_ids
+
+    @property
+    def max_seq_len(self) -> int:
+        return self.config.cls_token_num + self.config.block_size
+
+    def new_cache(self, rows: int, capacity: int) -> LlamaGenCache:
+        p = self.output.weight
+        c = self.config
+        return LlamaGenCache(c.n_layer, rows, c.kv_heads, capacity, c.head_dim, dtype=p.dtype, device=p.device)
+
+    def rope(self, tokens, positions, cache):
+        """cos/sin [R, T, 1, head_dim/2]: zero for condition tokens, 2-D (row, col) for image tokens."""
+        c = self.config
+        is_image = tokens < c.vocab_size
+        if cache is None or cache.prompt_len is None:
+            prompt_len = (~is_image).sum(1)
+            if cache is not None:
+                cache.prompt_len = prompt_len
+        else:
+            prompt_len = cache.prompt_len
+        g = (positions - prompt_len[:, None]).clamp(min=0)
+        quarter = c.head_dim // 4
+        freqs = c.rope_base ** (-torch.arange(0, 2 * quarter, 2, device=tokens.device).float() / (2 * quarter))
+        ang = torch.cat([(g // c.grid)[..., None] * freqs, (g % c.grid)[..., None] * freqs], dim=-1)
+        on = is_image[..., None].float()
+        return (ang.cos() * on)[:, :, None], (ang.sin() * on)[:, :, None]
+
+    def forward(self, tokens, positions=None, mask=None, cache=None):
+        c = self.config
+        if positions is None:
+            positions = torch.arange(tokens.shape[1], device=tokens.device).expand_as(tokens)
+        is_image = (tokens < c.vocab_size)[..., None]
+        img = self.tok_embeddings(tokens.clamp(max=c.vocab_size - 1))
+        cond = self.cls_embedding((tokens - c.vocab_size).clamp(0, c.cond_ids - 1)).to(img.dtype)
+        x = torch.where(is_image, img, cond)
+        rope = self.rope(tokens, positions, cache)
+        if mask is not None:
+            mask = mask.to(x.dtype)
+        for layer in self.layers:
+            x = layer(x, rope, mask, cache)
+        logits = self.output(self.norm(x)).float()
+        return torch.cat([logits, logits.new_full((*logits.shape[:2], c.cond_ids), float("-inf"))], -1)
+
+
+def rotate_pairs(x, rope):
+    """LlamaGen's rotary: consecutive pairs (x0, x1) rotated, computed in float."""
+    cos, sin = rope
+    xf = x.float().reshape(*x.shape[:-1], -1, 2)
+    x0, x1 = xf[..., 0], xf[..., 1]
+    return torch.stack([x0 * cos - x1 * sin, x1 * cos + x0 * sin], -1).flatten(-2).type_as(x)
+
+
+# --- checkpoints ----------------------------------------------------------------------------------
+
+def config_from_state(state: dict, name: str = "", **over) -> LlamaGenConfig:
+    """LlamaGen checkpoints carry no config: infer it from tensor shapes, the file name, known sizes."""
+    dim = state["tok_embeddings.weight"].shape[1]
+    n_layer = 1 + max(int(m.group(1)) for k in state if (m := re.match(r"layers\.(\d+)\.", k)))
+    t2i = "cls_embedding.cap_proj.fc1.weight" in state
+    size = re.search(r"_(\d{3,4})(?:\D|$)", name)
+    px = int(size.group(1)) if size else (512 if t2i else 256)
+    kw = dict(dim=dim, n_layer=n_layer, n_head=HEADS.get(dim, max(1, dim // 64)),
+              vocab_size=state["tok_embeddings.weight"].shape[0], block_size=(px // 16) ** 2,
+              model_type="t2i" if t2i else "c2i")
+    if t2i:
+        kw.update(caption_dim=state["cls_embedding.cap_proj.fc1.weight"].shape[1], cls_token_num=120)
+    else:
+        kw.update(num_classes=state["cls_embedding.embedding_table.weight"].shape[0] - 1)
+    return LlamaGenConfig(**{**kw, **over})
+
+
+def read_state(path: Path) -> dict:
+    try:
+        if path.suffix == ".safetensors":
+            from safetensors.torch import load_file
+
+            state = load_file(str(path))
+        else:
+            state = torch.load(str(path), map_location="cpu", weights_only=True)
+    except Exception as e:
+        raise WeightsError(f"cannot read LlamaGen weights {path}: {e}") from e
+    for key in ("model", "module", "state_dict"):
+        if isinstance(state, dict) and key in state and isinstance(state[key], dict):
+            state = state[key]
+    return state
+
+
+def load_llamagen(path: Path, device: str = "cpu", dtype: torch.dtype | None = None, **over) -> LlamaGen:
+    state = read_state(path)
+    cfg_file = path.parent / "llamagen.json"
+    if cfg_file.is_file():
+        known = {f.name for f in fields(LlamaGenConfig)}
+        over = {**{k: v for k, v in json.loads(cfg_file.read_text()).items() if k in known}, **over}
+    try:
+        cfg = config_from_state(state, path.name, **over)
+        model = LlamaGen(cfg)
+        state = {k: v for k, v in state.items() if not k.startswith("freqs_cis")}
+        model.load_state_dict(state, strict=True)
+    except WeightsError:
+        raise
+    except Exception as e:
+        raise WeightsError(f"{path} is not a LlamaGen GPT checkpoint: {e}") from e
+    dtype = dtype or (torch.bfloat16 if torch.device(device).type == "cuda" else torch.float32)
+    return model.to(device=device, dtype=dtype).eval()
+
+
+def save_config(model: LlamaGen, directory: Path) -> None:
+    (directory / "llamagen.json").write_text(json.dumps(asdict(model.config), indent=1))
+
+
+# --- pipelines ------------------------------------------------------------------------------------
+
+def llamagen_pipeline(model: LlamaGen, vq=None, caption_fn=None) -> FamilyPipeline:
+    """c2i prompts are class labels ("207" or "class 207"); t2i prompts are text, embedded by
+    ``caption_fn(text) -> [valid, caption_dim]`` (FLAN-T5-XL, padding dropped)."""
+    c = model.config
+    layout = ImageLayout(c.grid, c.grid, (0, c.vocab_size))
+
+    def decode(grids):
+        if vq is None:
+            return palette_decode(grids, (0, c.vocab_size))
+        with torch.inference_mode():
+            return to_pil(vq.decode_codes(grids))
+
+    note = "" if vq is not None else "no VQ checkpoint (vq_ds16_*.pt) found: images are token palettes"
+    if c.model_type == "c2i":
+        def encode(text: str) -> list[int]:
+            m = re.fullmatch(r"\s*(?:class\s*)?(\d+)\s*", text)
+            if not m or int(m.group(1)) >= c.num_classes:
+                raise ConfigError(f"LlamaGen c2i prompts are ImageNet class ids 0..{c.num_classes - 1}, got {text!r}")
+            return [c.vocab_size + int(m.group(1))]
+
+        return FamilyPipeline("llamagen-c2i", model, layout, encode, [c.vocab_size + c.num_classes], decode,
+                              dict(C2I_DEFAULTS), note)
+
+    if caption_fn is None:
+        raise WeightsError("LlamaGen t2i needs its FLAN-T5-XL text encoder (a t5 directory beside the checkpoint)")
+    n = c.cls_token_num
+
+    def encode(text: str) -> list[int]:
+        emb = caption_fn(text)[:n]
+        first = model.cls_embedding.register(emb)
+        return [c.vocab_size + first + i for i in range(emb.shape[0])]
+
+    def uncond_for(text: str) -> list[int]:
+        valid = caption_fn(text)[:n].shape[0]   # the same positions of uncond_embedding
+        return [c.vocab_size + i for i in range(n - valid, n)]
+
+    return FamilyPipeline("llamagen-t2i", model, layout, encode, [c.vocab_size + n - 1], decode,
+                          dict(T2I_DEFAULTS), note, uncond_for=uncond_for)
+
+
+def t5_caption_fn(t5_dir: Path, device: str, max_length: int = 120):
+    """FLAN-T5 embeddings of a prompt, padding dropped (LlamaGen left-pads and masks it)."""
+    from transformers import AutoTokenizer, T5EncoderModel
+
+    from .base import load_hf, offline
+
+    offline()
+    tok = AutoTokenizer.from_pretrained(str(t5_dir), local_files_only=True)
+    enc = load_hf(T5EncoderModel, t5_dir, "FLAN-T5", device)
+
+    @torch.inference_mode()
+    def fn(text: str) -> torch.Tensor:
+        ids = tok(text, max_length=max_length, truncation=True, return_tensors="pt").to(device)
+        return enc(**ids).last_hidden_state[0].float()
+    return fn
+
+
+def load(path: str | Path, device: str = "cpu") -> FamilyPipeline:
+    """``path``: a checkpoint file, or a directory with one GPT checkpoint (c2i_*/t2i_* .pt or
+    .safetensors), optionally ``vq_ds16_*.pt`` and a ``t5``/``flan-t5-xl`` directory for t2i."""
+    p = Path(path).expanduser()
+    if p.is_file():
+        ckpt, root = p, p.parent
+    else:
+        root = require_dir(p, "LlamaGen")
+        found = sorted(f for f in root.iterdir() if f.suffix in (".pt", ".pth", ".safetensors")
+                       and not f.name.startswith("vq"))
+        if not found:
+            raise WeightsError(f"no LlamaGen GPT checkpoint (*.pt, *.safetensors) in {root}")
+        ckpt = found[0]
+    model = load_llamagen(ckpt, device)
+    from .vq import load_llamagen_vq
+
+    vqs = sorted(root.glob("vq*.pt"))
+    vq = load_llamagen_vq(vqs[0], device) if vqs else None
+    caption_fn = None
+    if model.config.model_type == "t2i":
+        t5 = next((root / d for d in ("t5", "flan-t5-xl", "t5-ckpt/flan-t5-xl") if (root / d).is_dir()), None)
+        if t5 is None:
+            raise WeightsError(f"LlamaGen t2i needs FLAN-T5-XL in {root}/t5 (or flan-t5-xl)")
+        caption_fn = t5_caption_fn(t5, device)
+    return llamagen_pipeline(model, vq, caption_fn)
