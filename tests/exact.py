@@ -11,7 +11,8 @@ import torch
 from scipy import stats as sps
 
 from jacobigen.errors import ConfigError  # noqa: F401  (re-exported for tests)
-from jacobigen.jacobi import JacobiDecoder, Parts
+from jacobigen.api import make_decoder
+from jacobigen.jacobi import Parts
 from jacobigen.layout import ImageLayout
 from jacobigen.model import Transformer, TransformerConfig
 from jacobigen.sampling import SamplingConfig, target_probs
@@ -67,7 +68,7 @@ def sample(model, lay, sampling, parts: Parts, n: int, seed0: int = 0, chunk: in
     for start in range(0, n, chunk):
         b = min(chunk, n - start)
         rows = ([PROMPT, UNCOND] if sampling.guided else [PROMPT]) * b
-        tokens, _ = JacobiDecoder(model, lay, sampling, parts).run(rows, list(range(seed0 + start, seed0 + start + b)))
+        tokens, _ = make_decoder(model, lay, sampling, parts).run(rows, list(range(seed0 + start, seed0 + start + b)))
         out.append(tokens)
     return torch.cat(out)
 

@@ -7,9 +7,10 @@ from dataclasses import dataclass
 import torch
 
 from .errors import ConfigError
-from .jacobi import JacobiDecoder
+from .jacobi import JacobiDecoder, Parts
 from .layout import ImageLayout
 from .methods import Method, get_method
+from .pjd import PJDDecoder
 from .sampling import SamplingConfig
 from .stats import DecodeStats
 
@@ -20,6 +21,12 @@ class Generation:
     grid: torch.Tensor     # [B, rows, cols] image token grid
     stats: DecodeStats
     method: Method
+
+
+def make_decoder(model, layout: ImageLayout, sampling: SamplingConfig, parts: Parts) -> JacobiDecoder:
+    """The decoder loop for these parts: row-parallel (PJD) when they carry a 2-D layout."""
+    cls = PJDDecoder if parts.layout2d is not None else JacobiDecoder
+    return cls(model, layout, sampling, parts)
 
 
 def _as_batch(prompt) -> list[list[int]]:
@@ -62,6 +69,6 @@ def generate(model, prompt, *, layout: ImageLayout, method: str = "sjd", window:
             raise ConfigError(f"{len(unconds)} unconditional prompts for {len(prompts)} prompts")
         rows = [r for pair in zip(prompts, unconds) for r in pair]
     parts = spec.build(window, **options)
-    tokens, stats = JacobiDecoder(model, layout, sampling, parts).run(rows, seeds, progress)
+    tokens, stats = make_decoder(model, layout, sampling, parts).run(rows, seeds, progress)
     stats.lossless = spec.lossless
     return Generation(tokens, layout.grid(tokens), stats, spec)

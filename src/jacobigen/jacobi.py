@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 from tqdm.auto import tqdm
@@ -25,6 +26,9 @@ from .stats import DecodeStats
 from .tree import ProactiveTree, WindowShape
 from .verifiers import Verifier, Window
 
+if TYPE_CHECKING:
+    from .pjd import RowParallel
+
 
 @dataclass(frozen=True)
 class Parts:
@@ -32,6 +36,7 @@ class Parts:
     verifier: Verifier
     window: int
     tree: ProactiveTree | None = None
+    layout2d: RowParallel | None = None     # PJD's row-parallel layout (pjd.py), None: 1-D chain
 
 
 def _sync(device: torch.device) -> None:
@@ -59,8 +64,9 @@ class JacobiDecoder:
 
     # --- model access -------------------------------------------------------------------------
 
-    def _forward(self, rows_tokens, positions, structure, cache) -> torch.Tensor:
-        mask = block_mask(cache.lengths, cache.capacity, structure)
+    def _forward(self, rows_tokens, positions, structure, cache, cached=None) -> torch.Tensor:
+        """One timed forward of a block; ``structure`` and ``cached`` as in :func:`block_mask`."""
+        mask = block_mask(cache.lengths, cache.capacity, structure, cached)
         _sync(self.device)
         t0 = time.perf_counter()
         with torch.inference_mode():
@@ -91,25 +97,10 @@ class JacobiDecoder:
         """prefixes: one token list per model row (cond, uncond interleaved when guided);
         seeds: one per sequence. Returns (tokens [B, length], DecodeStats)."""
         t_start = time.perf_counter()
-        group = 2 if self.sampling.guided else 1
         b, length = len(seeds), self.layout.length
         shape = self.shape
         w = shape.drafts
-        if len(prefixes) != b * group:
-            raise ConfigError(f"expected {b * group} prefixes for {b} sequences, got {len(prefixes)}")
-        prefixes = [list(p) + list(self.layout.header) for p in prefixes]
-        base = torch.tensor([len(p) for p in prefixes], device=self.device)
-        if int(base.max()) + length > self.model.max_seq_len:
-            raise ConfigError(f"prompt of {int(base.max())} tokens plus {length} image tokens exceeds "
-                              f"the model's context of {self.model.max_seq_len}")
-        if int(base.min()) < 1:
-            raise ConfigError("every prompt needs at least one token")
-        cache = self.model.new_cache(b * group, int(base.max()) + length + shape.size)
-        draws = Draws(torch.tensor(seeds, dtype=torch.int64, device=self.device),
-                      torch.zeros(b, dtype=torch.int64, device=self.device))
-        self.parts.drafter.start(b, w, self.allowed.numel(), self.device)
-        self.parts.verifier.bind(self.model, self.layout)
-        stats = DecodeStats.start(b)
+        group, prefixes, base, cache, draws, stats = self._start(prefixes, seeds, shape.size, w)
         bar = tqdm(total=b * length, disable=not progress, unit="tok", desc="decoding")
 
         tokens = torch.zeros(b, length + w + 1, dtype=torch.int64, device=self.device)
@@ -161,6 +152,28 @@ class JacobiDecoder:
         bar.close()
         stats.finish(nfe=self.nfe, wall=time.perf_counter() - t_start, forward=self.forward_time)
         return tokens[:, :length], stats
+
+    def _start(self, prefixes, seeds, block: int, slots: int):
+        """Check the prompts, append the layout header, make a cache with room for ``block`` new
+        tokens past the image, reset the parts. Returns (group, prefixes, base lengths, cache,
+        draws at iteration 0, stats)."""
+        group = 2 if self.sampling.guided else 1
+        b, length = len(seeds), self.layout.length
+        if len(prefixes) != b * group:
+            raise ConfigError(f"expected {b * group} prefixes for {b} sequences, got {len(prefixes)}")
+        prefixes = [list(p) + list(self.layout.header) for p in prefixes]
+        base = torch.tensor([len(p) for p in prefixes], device=self.device)
+        if int(base.max()) + length > self.model.max_seq_len:
+            raise ConfigError(f"prompt of {int(base.max())} tokens plus {length} image tokens exceeds "
+                              f"the model's context of {self.model.max_seq_len}")
+        if int(base.min()) < 1:
+            raise ConfigError("every prompt needs at least one token")
+        cache = self.model.new_cache(b * group, int(base.max()) + length + block)
+        draws = Draws(torch.tensor(seeds, dtype=torch.int64, device=self.device),
+                      torch.zeros(b, dtype=torch.int64, device=self.device))
+        self.parts.drafter.start(b, slots, self.allowed.numel(), self.device)
+        self.parts.verifier.bind(self.model, self.layout)
+        return group, prefixes, base, cache, draws, DecodeStats.start(b)
 
     def _prefill(self, prefixes, base, cache, draws) -> torch.Tensor:
         """One forward over all prompts; returns the first generated token per sequence."""
