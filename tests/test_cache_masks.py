@@ -52,3 +52,20 @@ def test_commit_arbitrary_subset_equals_plain_forward():
         positions = torch.arange(9)[None]
         want = model(seq, positions)[:, -2:]
     torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+
+
+def test_tree_structure_matches_paths():
+    """Brute force: name every block node by its path of sibling ranks from the root; a node may
+    attend to exactly the nodes whose path is a prefix of its own (itself included)."""
+    from itertools import product
+
+    from jacobigen.tree import WindowShape
+
+    shape = WindowShape(drafts=5, depth=2, width=3)
+    paths = [()] + [p for t in (1, 2) for p in product(range(3), repeat=t)]
+    paths += [(0, 0) + (0,) * i for i in range(1, 4)]          # chain hangs from the all-first path
+    assert len(paths) == shape.size
+    want = torch.tensor([[pi[:len(pj)] == pj for pj in paths] for pi in paths])
+    assert torch.equal(shape.structure(), want)
+    assert shape.node_depth().tolist() == [len(p) for p in paths]
+    assert [paths[i] for i in shape.spine().tolist()] == [(0,) * t for t in range(6)]
