@@ -163,11 +163,18 @@ class FamilyPipeline(Pipeline):
     """A Pipeline whose unconditional prompt depends on the prompt (Janus pads the prompt itself)."""
 
     uncond_for: Callable[[str], list[int]] | None = None
+    max_prompts: int | None = None   # distinct prompts one call can condition on (LlamaGen t2i bank)
+    prepare: Callable[[], None] | None = None   # reset per-call prompt state before encoding
 
     def generate(self, prompts, **kwargs) -> tuple[Generation, list[Image.Image]]:
+        prompts = [prompts] if isinstance(prompts, str) else list(prompts)
+        if self.max_prompts is not None and len(set(prompts)) > self.max_prompts:
+            raise ConfigError(f"{self.name} conditions on at most {self.max_prompts} distinct prompts "
+                              f"per call, got {len(set(prompts))}: split them into several calls")
+        if self.prepare is not None:
+            self.prepare()
         if self.uncond_for is None:
             return super().generate(prompts, **kwargs)
-        prompts = [prompts] if isinstance(prompts, str) else list(prompts)
         opts = {**self.defaults, **kwargs}
         tokens = [self.encode(p) for p in prompts]
         unconds = [self.uncond_for(p) for p in prompts]

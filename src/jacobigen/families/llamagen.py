@@ -339,17 +339,27 @@ def llamagen_pipeline(model: LlamaGen, vq=None, caption_fn=None) -> FamilyPipeli
         raise WeightsError("LlamaGen t2i needs its FLAN-T5-XL text encoder (a t5 directory beside the checkpoint)")
     n = c.cls_token_num
 
+    registered: dict[str, list[int]] = {}
+
+    def prepare() -> None:
+        """Each call owns the caption bank: its distinct prompts (at most bank_prompts) fill it."""
+        registered.clear()
+        model.cls_embedding.next_slot = 0
+
     def encode(text: str) -> list[int]:
-        emb = caption_fn(text)[:n]
-        first = model.cls_embedding.register(emb)
-        return [c.vocab_size + first + i for i in range(emb.shape[0])]
+        if text not in registered:   # a prompt repeated in one call (several images) reuses its slot
+            emb = caption_fn(text)[:n]
+            first = model.cls_embedding.register(emb)
+            registered[text] = [c.vocab_size + first + i for i in range(emb.shape[0])]
+        return registered[text]
 
     def uncond_for(text: str) -> list[int]:
         valid = caption_fn(text)[:n].shape[0]   # the same positions of uncond_embedding
         return [c.vocab_size + i for i in range(n - valid, n)]
 
     return FamilyPipeline("llamagen-t2i", model, layout, encode, [c.vocab_size + n - 1], decode,
-                          dict(T2I_DEFAULTS), note, uncond_for=uncond_for)
+                          dict(T2I_DEFAULTS), note, uncond_for=uncond_for, max_prompts=c.bank_prompts,
+                          prepare=prepare)
 
 
 def t5_caption_fn(t5_dir: Path, device: str, max_length: int = 120):
