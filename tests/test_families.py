@@ -7,7 +7,7 @@ import yaml
 from click.testing import CliRunner
 
 import family_models as fm
-from jacobigen import METHODS, WeightsError, generate
+from jacobigen import METHODS, ConfigError, WeightsError, generate
 from jacobigen.cli import main
 from jacobigen.models import load_pipeline
 
@@ -240,3 +240,15 @@ def test_llamagen_rope_is_2d_and_zero_for_condition_tokens():
         ang = torch.cat([(g // c.grid) * freqs, (g % c.grid) * freqs])
         z = torch.view_as_complex(x[0, t, 0].reshape(-1, 2).contiguous()) * torch.polar(torch.ones_like(ang), ang)
         assert torch.allclose(got[0, t, 0], torch.view_as_real(z).flatten(), atol=1e-5)
+
+
+def test_llamagen_t2i_bank_holds_one_calls_prompts():
+    _, pipe = llamagen_pipe("t2i")
+    one, _ = pipe.generate(["a red cat"] * 2, method="ar", top_k=1, seed=[0, 0])
+    assert torch.equal(one.tokens[0], one.tokens[1])   # repeated prompt: same slot, same tokens
+    pipe.generate([f"a blue dog {i}" for i in range(pipe.max_prompts)], method="ar", top_k=1)
+    again, _ = pipe.generate("a red cat", method="ar", top_k=1, seed=0)
+    assert torch.equal(again.tokens[0], one.tokens[0])  # a later call does not see stale slots
+    too_many = [f"a red cat {i}" for i in range(pipe.max_prompts + 1)]
+    with pytest.raises(ConfigError, match="distinct prompts"):
+        pipe.generate(too_many, method="ar")
