@@ -1,22 +1,52 @@
-"""The embedded model's token layout is frozen by its weights: pin every id."""
-from jacobigen import embedded as E
+"""The embedded emoji model as a user gets it: shipped weights load, generate and decode."""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from jacobigen import WeightsError
+from jacobigen.models import WEIGHTS, embedded_pipeline
+from jacobigen.vq import VQModel
+
+HELDOUT = Path(__file__).parent / "data" / "heldout_emoji.png"
+MIN_PSNR = 24.0   # measured 26.6 dB mean on these 8 held-out images (27.4 dB on the whole split)
 
 
-def test_ids_and_sizes():
-    assert (E.EOL, E.BOI, E.EOI, E.BOS, E.PAD, E.BYTE_OFFSET) == (1024, 1025, 1026, 1027, 1028, 1029)
-    assert E.VOCAB_SIZE == 1285
-    assert E.MAX_SEQ_LEN == 1 + 48 + 1 + 16 * 17 + 1
+@pytest.fixture(scope="module")
+def pipe():
+    return embedded_pipeline()
 
 
-def test_caption_tokens():
-    assert E.caption_tokens("Red Heart") == [E.BOS, *(E.BYTE_OFFSET + b for b in b"red heart"), E.BOI]
-    assert len(E.caption_tokens("x" * 100)) == 48 + 2
-    assert E.unconditional_tokens() == [E.BOS, E.BOI]
+@pytest.mark.parametrize("method", ["ar", "sjd"])
+def test_generates_a_real_image(pipe, method):
+    gen, images = pipe.generate("red heart", method=method, window=16, seed=0)
+    assert gen.grid.shape == (1, 16, 16) and int(gen.grid.max()) < 1024
+    assert torch.all(gen.tokens[0, 16:272:17] == 1024) and int(gen.tokens[0, -1]) == 1026
+    img = np.asarray(images[0])
+    assert img.shape == (64, 64, 3)
+    assert img.std() > 5, "decoded image is blank"
 
 
-def test_image_tokens_layout():
-    grid = [[r * 16 + c for c in range(16)] for r in range(16)]
-    seq = E.image_tokens(grid)
-    assert len(seq) == E.IMAGE_TOKENS
-    assert seq[16] == E.EOL and seq[-2] == E.EOL and seq[-1] == E.EOI
-    assert seq[17] == 16
+def test_vq_round_trip_keeps_psnr():
+    strip = torch.from_numpy(np.array(Image.open(HELDOUT).convert("RGB")))
+    images = strip.view(64, -1, 64, 3).permute(1, 3, 0, 2)          # [8, 3, 64, 64] uint8
+    vq = VQModel.load(WEIGHTS / "vq.safetensors")
+    rec = vq.decode(vq.encode(images))
+    mse = ((rec - images.float() / 255) ** 2).mean(dim=(1, 2, 3))
+    psnr = (10 * torch.log10(1 / mse)).mean()
+    assert psnr > MIN_PSNR
+
+
+def test_missing_weights_name_the_file(tmp_path):
+    with pytest.raises(WeightsError, match="vq.safetensors"):
+        embedded_pipeline(tmp_path)
+
+
+def test_corrupt_weights_name_the_file(tmp_path):
+    (tmp_path / "vq.safetensors").write_bytes((WEIGHTS / "vq.safetensors").read_bytes())
+    (tmp_path / "ar.safetensors").write_bytes(b"not a safetensors file")
+    with pytest.raises(WeightsError, match="ar.safetensors"):
+        embedded_pipeline(tmp_path)

@@ -6,7 +6,7 @@ p < FAIL (measured p-values for mutants are below 1e-50).
 
 import pytest
 
-from exact import exact_distribution, gof_pvalue, layout, sample, tiny_model
+from jacobigen.exactness import exact_distribution, gof_pvalue, layout, sample, tiny_model
 from jacobigen import METHODS
 from jacobigen.drafters import Independent, VerificationPrior
 from jacobigen.jacobi import Parts

@@ -15,8 +15,8 @@ import torch
 from click.testing import CliRunner
 
 import jacobigen.pjd as pjd
-from exact import PROMPT as TINY_PROMPT
-from exact import exact_distribution, gof_pvalue, layout, sample, tiny_model, tv_distance
+from jacobigen.exactness import PROMPT as TINY_PROMPT
+from jacobigen.exactness import exact_distribution, gof_pvalue, layout, sample, tiny_model, tv_distance
 from jacobigen import METHODS, ConfigError, generate
 from jacobigen.cli import main
 from jacobigen.masks import block_mask
