@@ -1,0 +1,58 @@
+"""Helpers shared by the training scripts: paths, dataset loading, checkpoints, logging."""
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / "data"
+WEIGHTS = ROOT / "src" / "jacobigen" / "weights"
+sys.path.insert(0, str(ROOT / "src"))  # run from a checkout without installing
+
+
+def load_split() -> dict[str, list[int]]:
+    return json.loads((DATA / "split.json").read_text())
+
+
+def load_images() -> np.ndarray:
+    """uint8 [N, 64, 64, 3]; run training/fetch_data.py first."""
+    path = DATA / "images.npy"
+    if not path.exists():
+        raise SystemExit(f"{path} missing: run `python training/fetch_data.py` first")
+    return np.load(path)
+
+
+def cosine_lr(step: int, total: int, peak: float, warmup: int, floor: float = 0.05) -> float:
+    if step < warmup:
+        return peak * (step + 1) / warmup
+    t = min(1.0, (step - warmup) / max(1, total - warmup))
+    return peak * (floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * t)))
+
+
+def save_atomic(obj, path: Path) -> None:
+    """torch.save through a temp file so a kill mid-write never corrupts last.pt."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    torch.save(obj, tmp)
+    os.replace(tmp, path)
+
+
+class Log:
+    """Appends timestamped lines to a log file and echoes them to stdout."""
+
+    def __init__(self, path: Path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+
+    def __call__(self, msg: str) -> None:
+        line = f"{time.strftime('%Y-%m-%d %H:%M:%S')} {msg}"
+        print(line, flush=True)
+        with self.path.open("a") as f:
+            f.write(line + "\n")
