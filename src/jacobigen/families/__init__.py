@@ -34,4 +34,8 @@ def load_family(family: str, path: str, device: str | None = None, **options):
         raise ConfigError(f"unknown model family {family!r}: use one of {', '.join(sorted(FAMILIES))}")
     if not path:
         raise ConfigError(f"--model {family}:PATH needs the checkpoint directory after the colon")
+    try:
+        import transformers  # noqa: F401
+    except ImportError:
+        raise ConfigError('real model families need transformers: pip install -e ".[families]"') from None
     return import_module(f".{name}", __name__).load(path, device, **options)
