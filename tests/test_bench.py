@@ -35,3 +35,14 @@ def test_figures_follow_model_and_seed():
         return rows[1].nfe
     base = nfe(0, [0])
     assert nfe(1, [0]) != base or nfe(0, [1]) != base
+
+
+def test_block_sizes_count_tree_nodes_and_pjd_segments():
+    from jacobigen import METHODS
+    from jacobigen.costs import block_size
+
+    layout = random_pipeline().layout                       # 16 x 16 with EOL
+    assert block_size(METHODS["sjd"].build(16), layout) == 16
+    assert block_size(METHODS["sjd-pac"].build(16), layout) == 1 + 4 + 16 + 64 + 12
+    rows = METHODS["pjd"].build(16, pjd_context=4).layout2d.segments(16, 16)
+    assert rows == 5 and block_size(METHODS["pjd"].build(16, pjd_context=4), layout) == 5 * 16

@@ -65,7 +65,8 @@ def choose_window(pipe: Pipeline, spec, prompt: str, seed: int, curve: dict[int,
     predicted = {}
     for w in CANDIDATE_WINDOWS:
         gen, _ = pipe.generate(prompt, method=spec.name, window=w, seed=seed, **sampling)
-        predicted[w] = predicted_seconds_per_image(gen.stats.nfe, block_size(spec.build(w)), curve)
+        block = block_size(spec.build(w), pipe.layout)
+        predicted[w] = predicted_seconds_per_image(gen.stats.nfe, block, curve)
     return min(predicted, key=predicted.get), predicted
 
 
@@ -83,7 +84,8 @@ def run_bench(pipe: Pipeline, methods: list[str], windows: list, prompts: list[s
     configs += [(s, w, False) for s in specs if not s.window for w in fixed]
     if "auto" in windows:
         sizes = sorted({1, 2, 4, 8, 16, 32, 48, 64, 96, 128, 160}
-                       | {block_size(s.build(w)) for s in specs if not s.window for w in CANDIDATE_WINDOWS})
+                       | {block_size(s.build(w), pipe.layout)
+                          for s in specs if not s.window for w in CANDIDATE_WINDOWS})
         curve = forward_cost_curve(pipe.model, sizes)
         extra = {"cost_curve": curve, "auto": {}}
         for s in specs:

@@ -52,10 +52,13 @@ def interpolate(curve: dict[int, float], size: int) -> float:
     return curve[b] + (curve[b] - curve[a]) * (size - b) / (b - a)
 
 
-def block_size(parts) -> int:
-    """Tokens in one forward of a method's window (tree nodes included)."""
+def block_size(parts, layout) -> int:
+    """Tokens in one forward of a method's window: tree nodes included, and for PJD one segment
+    (anchor + drafts) per row in flight (at most; rows near the end of the image draft less)."""
     tree = parts.tree
     w = parts.window - 1
+    if parts.layout2d is not None:
+        return parts.layout2d.segments(layout.rows, layout.cols) * (w + 1)
     return WindowShape(w, min(tree.depth, w) if tree else 0, tree.width if tree else 1).size
 
 
