@@ -69,14 +69,20 @@ def _load_checked(model: nn.Module, state: dict, source: Path) -> nn.Module:
 
 # --- LlamaGen VQ-16 -------------------------------------------------------------------------------
 
+def _shared_key(k: str) -> tuple[bool, str | None]:
+    """Keys both VQGAN layouts name alike: (handled, mapped key or None if not needed to decode)."""
+    if k == "quantize.embedding.weight":
+        return True, "embedding.weight"
+    if k.startswith("post_quant_conv."):
+        return True, k
+    return not k.startswith("decoder."), None
+
+
 def llamagen_to_janus_key(k: str) -> str | None:
     """LlamaGen VQModel key -> VQDecoder key (None: not needed to decode)."""
-    if k == "quantize.embedding.weight":
-        return "embedding.weight"
-    if k.startswith("post_quant_conv."):
-        return k
-    if not k.startswith("decoder."):
-        return None
+    handled, mapped = _shared_key(k)
+    if handled:
+        return mapped
     k = re.sub(r"^decoder\.conv_blocks\.(\d+)\.res\.", r"decoder.up.\1.block.", k)
     k = re.sub(r"^decoder\.conv_blocks\.(\d+)\.", r"decoder.up.\1.", k)
     for i, name in enumerate(("block_1", "attn_1", "block_2")):
@@ -106,12 +112,9 @@ def find_chameleon_vqgan(root: Path) -> Path | None:
 
 
 def taming_to_janus_key(k: str, levels: int) -> str | None:
-    if k == "quantize.embedding.weight":
-        return "embedding.weight"
-    if k.startswith("post_quant_conv."):
-        return k
-    if not k.startswith("decoder."):
-        return None
+    handled, mapped = _shared_key(k)
+    if handled:
+        return mapped
     m = re.match(r"^decoder\.up\.(\d+)\.(.*)$", k)
     return f"decoder.up.{levels - 1 - int(m.group(1))}.{m.group(2)}" if m else k
 
