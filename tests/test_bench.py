@@ -28,6 +28,19 @@ def test_bench_cli_writes_outputs(tmp_path):
     assert "| scd-mc+pac | 8 |" in (tmp_path / "bench.md").read_text()
 
 
+def test_bench_cli_fid_writes_figures_and_plot(tmp_path):
+    res = CliRunner().invoke(main, ["bench", "--model", "random", "--methods", "sjd", "--window", "4",
+                                    "--prompts", "1", "--fid", "4", "--out", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    data = json.loads((tmp_path / "bench.json").read_text())
+    ar, sjd = data["rows"]
+    assert data["fid"]["images"] == 4 and data["fid"]["ar_vs_ar"] == ar["fid_vs_ar"] > 0
+    assert sjd["fid_vs_ar"] > 0 and sjd["fid_vs_data"] is None      # random weights ship no held-out data
+    md = (tmp_path / "bench.md").read_text()
+    assert "| FID vs ar | FID vs data |" in md and f"ar vs ar on other seeds = {ar['fid_vs_ar']:.1f}" in md
+    assert (tmp_path / "fid_vs_speed.png").stat().st_size > 1000
+
+
 def test_figures_follow_model_and_seed():
     def nfe(seed_model, seeds):
         rows, _ = run_bench(random_pipeline(seed=seed_model), ["sjd"], [8], ["red heart"], seeds,

@@ -120,11 +120,13 @@ def _csv(kind):
 @click.option("--prompts", "n_prompts", default=2, show_default=True, type=int,
               help="How many of the model's example prompts to use.")
 @click.option("--seeds", "n_seeds", default=1, show_default=True, type=int)
+@click.option("--fid", "n_fid", default=0, show_default=True, type=click.IntRange(min=0),
+              help="Images per row for FID vs ar and vs held-out data (0: off; needs jacobigen[eval]).")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
               default=Path("bench-out"), show_default=True)
-def bench(model_spec, device, method_names, windows, n_prompts, n_seeds, out_dir):
+def bench(model_spec, device, method_names, windows, n_prompts, n_seeds, n_fid, out_dir):
     """Compare methods on the same prompts and seeds; write bench.json and bench.md."""
-    from .bench import markdown, run_bench, write_report
+    from .bench import markdown, run_bench, run_fid, write_report
     from .models import load_pipeline
 
     try:
@@ -134,12 +136,20 @@ def bench(model_spec, device, method_names, windows, n_prompts, n_seeds, out_dir
         if n_prompts < 1 or n_seeds < 1:
             raise click.BadParameter("--prompts and --seeds must be >= 1")
         prompts = (pipe.example_prompts * n_prompts)[:n_prompts]
+        if n_fid == 1:
+            raise click.BadParameter("FID needs at least 2 images", param_hint="--fid")
+        if n_fid:
+            from .fid import network
+
+            network()  # fail before the timing runs when the eval extra is missing
         rows, extra = run_bench(pipe, method_names, windows, prompts, list(range(n_seeds)))
+        if n_fid:
+            extra.update(run_fid(pipe, rows, n_fid))
     except JacobigenError as e:
         raise click.ClickException(str(e)) from e
     write_report(rows, extra, out_dir, {"model": pipe.name, "prompts": prompts, "seeds": n_seeds,
                                         "sampling": pipe.defaults})
-    click.echo(markdown(rows))
+    click.echo(markdown(rows, extra.get("fid")))
     click.echo(f"wrote {out_dir}/: bench.json, bench.md and plots")
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import torch
@@ -34,7 +35,17 @@ def embedded_pipeline(weights: Path = WEIGHTS, device: str = "cpu") -> Pipeline:
 
     return Pipeline("emoji", model, layout, E.caption_tokens, E.unconditional_tokens(), decode,
                     defaults={"cfg": 3.0, "temperature": 1.0, "top_k": 200},
-                    example_prompts=EMBEDDED_PROMPTS)
+                    example_prompts=EMBEDDED_PROMPTS, reference=lambda: heldout_reference(weights))
+
+
+def heldout_reference(weights: Path = WEIGHTS) -> tuple[list[str], list[Image.Image]]:
+    """Captions and 64x64 images of the held-out emoji shipped beside the weights (names never
+    seen in training, in a fixed shuffled order; ``training/make_heldout_reference.py``)."""
+    meta = json.loads((Path(weights) / "heldout.json").read_text())
+    sheet = Image.open(Path(weights) / "heldout.png").convert("RGB")
+    t, cols = meta["tile"], meta["columns"]
+    boxes = [(j % cols * t, j // cols * t, j % cols * t + t, j // cols * t + t) for j in range(meta["count"])]
+    return meta["captions"], [sheet.crop(box) for box in boxes]
 
 
 def load_pipeline(spec: str = "default", device: str | None = None) -> Pipeline:

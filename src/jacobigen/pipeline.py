@@ -30,6 +30,8 @@ class Pipeline:
     note: str = ""                               # shown to users (e.g. "random weights")
     example_prompts: list[str] = field(default_factory=lambda: ["red heart", "blue car", "smiling face",
                                                                 "green tree", "yellow star"])
+    # held-out (captions, images) to measure FID against data; None when the model ships none
+    reference: Callable[[], tuple[list[str], list[Image.Image]]] | None = None
 
     def generate(self, prompts: str | list[str], **kwargs) -> tuple[Generation, list[Image.Image]]:
         """Sample images for text prompts; keyword arguments override the recommended sampling."""

@@ -10,7 +10,31 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 
-def plot_bench(rows, cost_curve: dict | None, out_dir: Path) -> None:
+def plot_fid_vs_speed(panels: dict[str, list[tuple[str, float, float, bool]]], noise: float, title: str,
+                      path: Path) -> None:
+    """FID vs ar (y) against speed figures (x, one panel per figure name) for (label, speed, fid,
+    lossless) points, with the ar-vs-ar noise level as a horizontal line."""
+    fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 4.5), sharey=True, squeeze=False)
+    for ax, (xlabel, points) in zip(axes[0], panels.items()):
+        for lossless, style in [(True, dict(marker="o", color="tab:blue", label="lossless")),
+                                (False, dict(marker="x", color="tab:red", label="lossy"))]:
+            sel = [p for p in points if p[3] == lossless]
+            if sel:
+                ax.scatter([p[1] for p in sel], [p[2] for p in sel], **style)
+            for label, x, y, _ in sel:
+                ax.annotate(label, (x, y), fontsize=6, xytext=(3, 2), textcoords="offset points")
+        ax.axhline(noise, color="grey", ls="--", lw=1, label=f"ar vs ar, other seeds ({noise:.1f})")
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel("FID vs ar")
+        ax.set_ylim(bottom=0)
+        ax.legend(fontsize=7)
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def plot_bench(rows, cost_curve: dict | None, out_dir: Path, fid: dict | None = None) -> None:
     fixed = [r for r in rows if not r.auto and r.method != "ar"]
     methods = list(dict.fromkeys(r.method for r in fixed))
     windows = sorted({r.window for r in fixed})
@@ -67,3 +91,25 @@ def plot_bench(rows, cost_curve: dict | None, out_dir: Path) -> None:
         fig.tight_layout()
         fig.savefig(out_dir / "cost_curve.png", dpi=120)
         plt.close(fig)
+
+    if fid:
+        panels = {f"{attr.replace('_', ' ')} vs ar": [
+            (f"{r.method} {'auto ' if r.auto else ''}{r.window}", getattr(r, attr), r.fid_vs_ar, r.lossless)
+            for r in rows if r.method != "ar"] for attr in ["latency_speedup", "step_compression"]}
+        plot_fid_vs_speed(panels, fid["ar_vs_ar"], f"FID vs ar over {fid['images']} images per row",
+                          out_dir / "fid_vs_speed.png")
+
+
+def plot_throughput(rows: list[dict], path: Path) -> None:
+    """Images per second against batch size, one line per method."""
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for m in dict.fromkeys(r["method"] for r in rows):
+        pts = sorted((r["batch_size"], r["images_per_second"]) for r in rows if r["method"] == m)
+        ax.plot(*zip(*pts), marker="o", label=m)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("batch size (images decoded together)")
+    ax.set_ylabel("images / s")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
