@@ -40,17 +40,22 @@ def _as_batch(prompt) -> list[list[int]]:
 def generate(model, prompt, *, layout: ImageLayout, method: str = "sjd", window: int = 32,
              seed: int | list[int] = 0, cfg: float = 1.0, uncond=None, temperature: float = 1.0,
              top_k: int | None = None, top_p: float | None = None, progress: bool = False,
-             **options) -> Generation:
+             batch_size: int | None = None, **options) -> Generation:
     """Sample image token grids for one prompt (list of ids) or a batch of prompts.
 
     ``seed`` is one seed per sequence; an int gives sequence i the seed ``seed + i``, and a list of
     seeds with a single prompt samples that prompt once per seed. With ``cfg``
     other than 1, ``uncond`` is the unconditional prompt (one for all, or one per sequence).
+    ``batch_size`` caps the sequences decoded together (default: all at once); when it is
+    smaller, a finished sequence's row takes the next waiting one. Each sequence's tokens depend
+    only on its prompt and seed, never on the batch it ran in.
     Extra keyword ``options`` go to the method's parts (see ``jacobigen methods``).
     """
     spec = get_method(method)
     if not isinstance(window, int) or window < 1:
         raise ConfigError(f"window must be an integer >= 1, got {window!r}")
+    if batch_size is not None and (not isinstance(batch_size, int) or batch_size < 1):
+        raise ConfigError(f"batch_size must be an integer >= 1, got {batch_size!r}")
     sampling = SamplingConfig(temperature=temperature, top_k=top_k, top_p=top_p, cfg=cfg)
     prompts = _as_batch(prompt)
     seeds = [seed + i for i in range(len(prompts))] if isinstance(seed, int) else list(seed)
@@ -69,6 +74,6 @@ def generate(model, prompt, *, layout: ImageLayout, method: str = "sjd", window:
             raise ConfigError(f"{len(unconds)} unconditional prompts for {len(prompts)} prompts")
         rows = [r for pair in zip(prompts, unconds) for r in pair]
     parts = spec.build(window, **options)
-    tokens, stats = make_decoder(model, layout, sampling, parts).run(rows, seeds, progress)
+    tokens, stats = make_decoder(model, layout, sampling, parts).run(rows, seeds, progress, batch_size)
     stats.lossless = spec.lossless
     return Generation(tokens, layout.grid(tokens), stats, spec)

@@ -38,6 +38,12 @@ class KVCache:
         self.values[layer].scatter_(2, idx, v.to(self.values[layer].dtype))
         return self.keys[layer], self.values[layer]
 
+    def assign(self, rows: torch.Tensor, other: "KVCache") -> None:
+        """Rows ``rows`` take over ``other``'s rows (same capacity): a new sequence joins the batch."""
+        for mine, theirs in zip((*self.keys, *self.values), (*other.keys, *other.values)):
+            mine[rows] = theirs
+        self.lengths[rows] = other.lengths
+
     def commit(self, keep: torch.Tensor, counts: torch.Tensor) -> None:
         """Keep ``keep[r, :counts[r]]`` (indices into the last block, increasing) for each row."""
         keep = keep.to(self.lengths.device)

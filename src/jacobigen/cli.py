@@ -46,14 +46,16 @@ def main():
 
 
 @main.command()
-@click.argument("prompts", nargs=-1, required=True)
+@click.argument("prompts", nargs=-1)
 @click.option("--model", "model_spec", default="default", show_default=True,
               help="'default' (embedded emoji model), 'random' (random weights), or FAMILY:PATH.")
 @click.option("--device", default=None, help="cpu, cuda, cuda:1 ... (default: cuda if available).")
 @click.option("--method", default="sjd", show_default=True, help="Method preset (see `jacobigen methods`).")
 @click.option("--window", default=32, show_default=True, type=int, help="Tokens in flight per iteration.")
-@click.option("--seed", default=0, show_default=True, type=int)
+@click.option("--seed", default=0, show_default=True, type=int, help="Image i gets seed SEED + i.")
 @click.option("--num-images", default=1, show_default=True, type=int, help="Images per prompt.")
+@click.option("--batch-size", type=click.IntRange(min=1), default=None,
+              help="Images decoded together (default: all); finished rows take the next prompt.")
 @click.option("--cfg", type=float, default=None, help="Classifier-free guidance scale.")
 @click.option("--temperature", type=float, default=None)
 @click.option("--top-k", type=int, default=None)
@@ -65,24 +67,40 @@ def main():
               help="Width in pixels of each image in the PNG.")
 @click.option("--stats", "stats_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Also write the decoding statistics as JSON.")
+@click.option("--prompts", "prompts_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="File with one prompt per line: one PNG + JSON record per image in --out-dir; "
+                   "a rerun skips finished images.")
+@click.option("--out-dir", type=click.Path(file_okay=False, path_type=Path), default=Path("jacobigen-out"),
+              show_default=True, help="Output folder for --prompts / --ray runs.")
+@click.option("--chunk", default=16, show_default=True, type=click.IntRange(min=1),
+              help="Images per decode call in --prompts / --ray runs (outputs land per chunk).")
+@click.option("--ray", "use_ray", is_flag=True, help="Fan the images out to Ray workers.")
+@click.option("--address", default=None, help="Ray cluster address (default: start a local instance).")
+@click.option("--workers", default=2, show_default=True, type=click.IntRange(min=1), help="Ray workers.")
 @click.option("--progress/--no-progress", default=True, show_default=True)
-def generate(prompts, model_spec, device, method, window, seed, num_images, cfg, temperature, top_k, top_p,
-             options, out, size, stats_path, progress):
+def generate(prompts, model_spec, device, method, window, seed, num_images, batch_size, cfg, temperature,
+             top_k, top_p, options, out, size, stats_path, prompts_file, out_dir, chunk, use_ray, address,
+             workers, progress):
     """Generate images for PROMPTS and report how many forward passes it took."""
     from .models import load_pipeline
 
     try:
+        if num_images < 1:
+            raise click.BadParameter("must be >= 1", param_hint="--num-images")
+        gen_options = dict(method=method, window=window, batch_size=batch_size, **parse_options(options),
+                           **{k: v for k, v in dict(cfg=cfg, temperature=temperature, top_k=top_k,
+                                                    top_p=top_p).items() if v is not None})
+        if prompts_file or use_ray:
+            return _generate_jobs(prompts, prompts_file, model_spec, device, num_images, seed, out_dir, chunk,
+                                  use_ray, address, workers, progress, gen_options)
+        if not prompts:
+            raise click.UsageError("give PROMPTS or --prompts FILE")
         pipe = load_pipeline(model_spec, device)
         if pipe.note:
             click.echo(f"model: {pipe.name} ({pipe.note})")
-        sampling = {k: v for k, v in dict(cfg=cfg, temperature=temperature, top_k=top_k,
-                                          top_p=top_p).items() if v is not None}
-        if num_images < 1:
-            raise click.BadParameter("must be >= 1", param_hint="--num-images")
         texts = [p for p in prompts for _ in range(num_images)]
-        gen, images = pipe.generate(texts, method=method, window=window,
-                                    seed=[seed + i for i in range(len(texts))], progress=progress,
-                                    **sampling, **parse_options(options))
+        gen, images = pipe.generate(texts, seed=[seed + i for i in range(len(texts))], progress=progress,
+                                    **gen_options)
     except JacobigenError as e:
         raise click.ClickException(str(e)) from e
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -99,6 +117,48 @@ def generate(prompts, model_spec, device, method, window, seed, num_images, cfg,
     if stats_path:
         stats_path.write_text(json.dumps({"method": gen.method.name, "ar_nfe": ar_nfe, **s.as_dict()}, indent=2))
     click.echo(f"wrote {out}")
+
+
+def _generate_jobs(prompts, prompts_file, model_spec, device, num_images, seed, out_dir, chunk, use_ray,
+                   address, workers, progress, gen_options):
+    """One PNG and record per image in ``out_dir``, locally or on Ray; finished images are skipped."""
+    import time
+
+    from tqdm.auto import tqdm
+
+    from .jobs import Outputs, plan, read_prompts, run_local
+
+    texts = read_prompts(prompts_file) if prompts_file else list(prompts)
+    if not texts:
+        raise click.UsageError("give PROMPTS or --prompts FILE")
+    jobs, outputs = plan(texts, num_images, seed), Outputs(out_dir)
+    todo = len(outputs.pending(jobs))
+    click.echo(f"{len(jobs)} image(s): {len(jobs) - todo} already in {out_dir}, {todo} to make")
+    bar = tqdm(total=todo, unit="img", disable=not progress)
+    t0 = time.perf_counter()
+    run: dict = {}
+    if not todo:
+        pass
+    elif use_ray:
+        from .distributed import run_ray
+
+        run = run_ray(model_spec, jobs, outputs, workers=workers, address=address, device=device, chunk=chunk,
+                      on_result=lambda job, rec: bar.update(1), **gen_options)
+    else:
+        from .models import load_pipeline
+
+        pipe = load_pipeline(model_spec, device)
+        if pipe.note:
+            click.echo(f"model: {pipe.name} ({pipe.note})")
+        run_local(pipe, jobs, outputs, gen_options.pop("batch_size"), chunk,
+                  on_result=lambda job, rec: bar.update(1), **gen_options)
+    bar.close()
+    wall = time.perf_counter() - t0
+    summary = outputs.summarise(jobs, wall_time=wall, images_made=todo,
+                                images_per_second=todo / wall if todo else 0.0, **run)
+    click.echo(f"{summary['images']} image(s) in {out_dir}; made {todo} in {wall:.1f} s "
+               f"({summary['images_per_second']:.2f} images/s); step compression "
+               f"{summary['step_compression']:.2f}x; wrote {out_dir / 'stats.json'}")
 
 
 def _csv(kind):
@@ -151,6 +211,37 @@ def bench(model_spec, device, method_names, windows, n_prompts, n_seeds, n_fid, 
                                         "sampling": pipe.defaults})
     click.echo(markdown(rows, extra.get("fid")))
     click.echo(f"wrote {out_dir}/: bench.json, bench.md and plots")
+
+
+@main.command()
+@click.option("--model", "model_spec", default="default", show_default=True)
+@click.option("--device", default=None, help="cpu, cuda, ... (default: cuda if available).")
+@click.option("--methods", "method_names", default="ar,sjd-pac", show_default=True, callback=_csv(str),
+              help="Comma-separated presets.")
+@click.option("--batch", "batch_sizes", default="1,4,16", show_default=True, callback=_csv(int),
+              help="Comma-separated batch sizes.")
+@click.option("--images", "n_images", default=16, show_default=True, type=click.IntRange(min=1),
+              help="Images per (method, batch size).")
+@click.option("--window", default=16, show_default=True, type=click.IntRange(min=1))
+@click.option("--repeats", default=1, show_default=True, type=click.IntRange(min=1),
+              help="Runs per setting; the fastest is reported.")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
+              default=Path("bench-out/throughput"), show_default=True)
+def throughput(model_spec, device, method_names, batch_sizes, n_images, window, repeats, out_dir):
+    """Images/s and tokens/s against batch size; write throughput.json, .md and .png."""
+    from .models import load_pipeline
+    from .throughput import markdown, run_throughput, write_report
+
+    try:
+        if any(b < 1 for b in batch_sizes):
+            raise click.BadParameter("batch sizes must be >= 1", param_hint="--batch")
+        pipe = load_pipeline(model_spec, device)
+        rows = run_throughput(pipe, method_names, batch_sizes, n_images, window, repeats)
+    except JacobigenError as e:
+        raise click.ClickException(str(e)) from e
+    write_report(rows, out_dir, {"model": pipe.name, "sampling": pipe.defaults, "window": window})
+    click.echo(markdown(rows))
+    click.echo(f"wrote {out_dir}/: throughput.json, throughput.md, throughput.png")
 
 
 @main.command()

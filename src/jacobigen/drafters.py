@@ -34,6 +34,9 @@ class Drafter:
     def start(self, batch: int, slots: int, vocab: int, device) -> None:
         """Reset per-run state (only stateful drafters need it)."""
 
+    def reset(self, rows: torch.Tensor) -> None:
+        """Forget what batch rows ``rows`` (bool [B]) saw: they now decode a new sequence."""
+
     def draft(self, slots: Slots, draws: Draws) -> tuple[torch.Tensor, torch.Tensor]:
         raise NotImplementedError
 
@@ -89,6 +92,11 @@ class VerificationPrior(Drafter):
         self.past = torch.zeros(batch, slots, self.history, vocab, device=device)
         self.owner = torch.full((batch, slots), -1, dtype=torch.int64, device=device)
         self.count = torch.zeros(batch, slots, dtype=torch.int64, device=device)
+
+    def reset(self, rows):
+        self.base.reset(rows)
+        self.owner[rows] = -1
+        self.count[rows] = 0
 
     def fuse(self, p: torch.Tensor, past: torch.Tensor, count: torch.Tensor) -> torch.Tensor:
         """p [..., V], past [..., H, V] newest first, count [...] valid entries -> fused p'."""

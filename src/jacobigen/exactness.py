@@ -46,7 +46,7 @@ class Exact:
     probs: np.ndarray         # [S]
 
 
-def exact_distribution(model, lay: ImageLayout, sampling: SamplingConfig) -> Exact:
+def exact_distribution(model, lay: ImageLayout, sampling: SamplingConfig, prompt: list[int] = PROMPT) -> Exact:
     forced = lay.forced()
     free = (forced < 0).nonzero().squeeze(1)
     lo, hi = lay.image_ids
@@ -54,7 +54,7 @@ def exact_distribution(model, lay: ImageLayout, sampling: SamplingConfig) -> Exa
     seqs = forced.repeat(len(combos), 1)
     seqs[:, free] = combos
     header = list(lay.header)
-    rows = [PROMPT + header] + ([UNCOND + header] if sampling.guided else [])
+    rows = [prompt + header] + ([UNCOND + header] if sampling.guided else [])
     logits = []
     with torch.inference_mode():
         for pre in rows:

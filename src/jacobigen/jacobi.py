@@ -39,6 +39,24 @@ class Parts:
     layout2d: RowParallel | None = None     # PJD's row-parallel layout (pjd.py), None: 1-D chain
 
 
+@dataclass
+class Flight:
+    """The rows of a batch: row r decodes sequence ``seq[r]`` (-1: free) and has ``n[r]`` tokens."""
+
+    seq: torch.Tensor         # [B]
+    n: torch.Tensor           # [B] committed tokens (>= layout length: finished or free)
+    base: torch.Tensor        # [B * group] prompt length of each model row
+    tokens: torch.Tensor      # [B, length + W + 1]
+    seeds: torch.Tensor       # [B] seed of the sequence in each row
+    iteration: torch.Tensor   # [B] iterations that sequence has run
+    queue: torch.Tensor       # [N] seeds of every sequence, in admission order
+    next: int = 0             # next sequence to admit
+
+    @property
+    def draws(self) -> Draws:
+        return Draws(self.seeds, self.iteration)
+
+
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -59,8 +77,6 @@ class JacobiDecoder:
         tree = parts.tree
         self.shape = WindowShape(parts.window - 1, min(tree.depth, parts.window - 1) if tree else 0,
                                  tree.width if tree else 1)
-        self.forward_time = 0.0
-        self.nfe = 0
 
     # --- model access -------------------------------------------------------------------------
 
@@ -93,36 +109,54 @@ class JacobiDecoder:
 
     # --- the loop -----------------------------------------------------------------------------
 
-    def run(self, prefixes: list[list[int]], seeds: list[int], progress: bool = False):
+    def run(self, prefixes: list[list[int]], seeds: list[int], progress: bool = False,
+            batch_size: int | None = None):
         """prefixes: one token list per model row (cond, uncond interleaved when guided);
-        seeds: one per sequence. Returns (tokens [B, length], DecodeStats)."""
+        seeds: one per sequence. At most ``batch_size`` sequences (default: all) are in flight;
+        a finished sequence's row takes the next prompt (continuous refill).
+        Returns (tokens [N, length], DecodeStats)."""
         t_start = time.perf_counter()
-        b, length = len(seeds), self.layout.length
-        shape = self.shape
+        total, length, shape = len(seeds), self.layout.length, self.shape
         w = shape.drafts
-        group, prefixes, base, cache, draws, stats = self._start(prefixes, seeds, shape.size, w)
-        bar = tqdm(total=b * length, disable=not progress, unit="tok", desc="decoding")
-
-        tokens = torch.zeros(b, length + w + 1, dtype=torch.int64, device=self.device)
-        tokens[:, 0] = self._prefill(prefixes, base, cache, draws)
-        n = torch.ones(b, dtype=torch.int64, device=self.device)
-        stats.record(n, torch.ones_like(n, dtype=torch.bool))
-        bar.update(b)
+        b = min(batch_size or total, total)
+        group, prefixes, _, cache, draws, stats = self._start(prefixes, seeds, shape.size, w, b)
+        fl = Flight(seq=torch.full((b,), -1, device=self.device), n=torch.full((b,), length, device=self.device),
+                    base=torch.zeros(b * group, dtype=torch.int64, device=self.device),
+                    tokens=torch.zeros(b, length + w + 1, dtype=torch.int64, device=self.device),
+                    seeds=draws.seeds, iteration=draws.iteration,
+                    queue=torch.tensor(seeds, dtype=torch.int64, device=self.device))
+        out = torch.zeros(total, length, dtype=torch.int64, device=self.device)
+        bar = tqdm(total=total * length, disable=not progress, unit="tok", desc="decoding")
         arange_w = torch.arange(w, device=self.device)
-        no = torch.zeros(b, w, dtype=torch.bool, device=self.device)
-        window = self._draft(Slots(n[:, None] + arange_w, self.prior(n[:, None] + arange_w), no,
-                                   torch.zeros(b, w, dtype=torch.int64, device=self.device),
-                                   torch.zeros(b, w, self.allowed.numel(), device=self.device), no), draws)
         structure, spine = shape.structure(self.device), shape.spine().to(self.device)
         node_depth = shape.node_depth().to(self.device)
 
-        while bool((n < length).any()):
-            active = n < length
-            draws = Draws(draws.seeds, draws.iteration + active)
-            block = shape.block_tokens(tokens.gather(1, (n - 1)[:, None]).squeeze(1), window.tokens, window.cand)
+        self._admit(fl, cache, prefixes, stats, bar)
+        live = torch.zeros(b, dtype=torch.bool, device=self.device)   # rows whose last forward counts
+        step = torch.zeros(b, dtype=torch.int64, device=self.device)
+        p = torch.zeros(b, shape.size, self.allowed.numel(), device=self.device)
+        window = Window(torch.zeros(b, w, dtype=torch.int64, device=self.device),
+                        torch.zeros(b, w, self.allowed.numel(), device=self.device), *self._no_tree(b))
+
+        while True:
+            # the next window: slot i holds position n + i; stale targets come from the spine
+            if w:
+                j = arange_w + step[:, None]
+                has_p = (j <= w) & live[:, None]
+                belief = torch.where(has_p[..., None], gather_rows(p[:, spine], j.clamp(max=w)),
+                                     self.prior(fl.n[:, None] + arange_w))
+                jo = j.clamp(max=w - 1)
+                window = self._draft(Slots(fl.n[:, None] + arange_w, belief, has_p, window.tokens.gather(1, jo),
+                                           gather_rows(window.q, jo), (j < w) & live[:, None]), fl.draws)
+            active = fl.n < length
+            if not bool(active.any()):
+                break
+            fl.iteration = fl.iteration + active
+            draws, n = fl.draws, fl.n
+            block = shape.block_tokens(fl.tokens.gather(1, (n - 1)[:, None]).squeeze(1), window.tokens, window.cand)
             node_pos = (n - 1)[:, None] + node_depth                       # generated position per node
             logits = self._forward(block.repeat_interleave(group, 0),
-                                   base[:, None] + node_pos.repeat_interleave(group, 0), structure, cache)
+                                   fl.base[:, None] + node_pos.repeat_interleave(group, 0), structure, cache)
             p = self._targets(logits, node_pos + 1)       # p[:, i]: target right after block node i
             m = (length - n - 1).clamp(0, w)
             depth_pos = n[:, None] + torch.arange(w + 1, device=self.device)
@@ -130,35 +164,32 @@ class JacobiDecoder:
             k = torch.where(active, k, 0)
 
             # commit the accepted path and the sampled token, keep their K/V (entries past the
-            # path land in slots that later commits overwrite; finished sequences write into slack)
-            tokens.scatter_(1, n[:, None] + arange_w, block.gather(1, path[:, 1:]))
-            tokens.scatter_(1, (n + k)[:, None], nxt[:, None])
+            # path land in slots that later commits overwrite; finished rows write into slack)
+            fl.tokens.scatter_(1, n[:, None] + arange_w, block.gather(1, path[:, 1:]))
+            fl.tokens.scatter_(1, (n + k)[:, None], nxt[:, None])
             step = (k + 1) * active
             cache.commit(path.repeat_interleave(group, 0), step.repeat_interleave(group))
-            stats.record(step, active)
+            stats.record(fl.seq, step, active)
             bar.update(int(step.sum()))
-            n = n + step
+            fl.n = n + step
 
-            # the next window: slot i holds position n + i; stale targets come from the spine
-            if w:
-                j = arange_w + step[:, None]
-                has_p = (j <= w) & active[:, None]
-                belief = torch.where(has_p[..., None], gather_rows(p[:, spine], j.clamp(max=w)),
-                                     self.prior(n[:, None] + arange_w))
-                jo = j.clamp(max=w - 1)
-                window = self._draft(Slots(n[:, None] + arange_w, belief, has_p, window.tokens.gather(1, jo),
-                                           gather_rows(window.q, jo), (j < w) & active[:, None]), draws)
+            # finished sequences leave; waiting ones take their rows
+            done = active & (fl.n >= length)
+            out[fl.seq[done]] = fl.tokens[done, :length]
+            fl.seq = torch.where(done, -1, fl.seq)
+            live = active & ~self._admit(fl, cache, prefixes, stats, bar)
 
         bar.close()
         stats.finish(nfe=self.nfe, wall=time.perf_counter() - t_start, forward=self.forward_time)
-        return tokens[:, :length], stats
+        return out, stats
 
-    def _start(self, prefixes, seeds, block: int, slots: int):
-        """Check the prompts, append the layout header, make a cache with room for ``block`` new
-        tokens past the image, reset the parts. Returns (group, prefixes, base lengths, cache,
-        draws at iteration 0, stats)."""
+    def _start(self, prefixes, seeds, block: int, slots: int, rows: int | None = None):
+        """Check the prompts, append the layout header, make a cache for ``rows`` sequences in
+        flight (default: all) with room for ``block`` new tokens past the image, reset the parts.
+        Returns (group, prefixes, base lengths, cache, draws at iteration 0, stats)."""
         group = 2 if self.sampling.guided else 1
         b, length = len(seeds), self.layout.length
+        rows = rows or b
         if len(prefixes) != b * group:
             raise ConfigError(f"expected {b * group} prefixes for {b} sequences, got {len(prefixes)}")
         prefixes = [list(p) + list(self.layout.header) for p in prefixes]
@@ -168,12 +199,45 @@ class JacobiDecoder:
                               f"the model's context of {self.model.max_seq_len}")
         if int(base.min()) < 1:
             raise ConfigError("every prompt needs at least one token")
-        cache = self.model.new_cache(b * group, int(base.max()) + length + block)
-        draws = Draws(torch.tensor(seeds, dtype=torch.int64, device=self.device),
-                      torch.zeros(b, dtype=torch.int64, device=self.device))
-        self.parts.drafter.start(b, slots, self.allowed.numel(), self.device)
+        cache = self.model.new_cache(rows * group, int(base.max()) + length + block)
+        draws = Draws(torch.tensor(seeds[:rows], dtype=torch.int64, device=self.device),
+                      torch.zeros(rows, dtype=torch.int64, device=self.device))
+        self.parts.drafter.start(rows, slots, self.allowed.numel(), self.device)
         self.parts.verifier.bind(self.model, self.layout)
+        self.nfe, self.forward_time = 0, 0.0
         return group, prefixes, base, cache, draws, DecodeStats.start(b)
+
+    def _admit(self, fl: Flight, cache, prefixes, stats: DecodeStats, bar) -> torch.Tensor:
+        """Prefill the next waiting sequences into free rows; returns which rows started [B].
+
+        A newcomer gets its own seed and iteration 0, so it draws exactly what it would alone."""
+        b = fl.seq.numel()
+        group = cache.rows // b
+        free = (fl.seq < 0).nonzero().flatten()[:fl.queue.numel() - fl.next]
+        fresh = torch.zeros(b, dtype=torch.bool, device=self.device)
+        if not free.numel():
+            return fresh
+        ids = torch.arange(fl.next, fl.next + free.numel(), device=self.device)
+        fl.next += free.numel()
+        model_rows = (free[:, None] * group + torch.arange(group, device=self.device)).flatten()
+        pre = [prefixes[r] for i in ids.tolist() for r in range(i * group, (i + 1) * group)]
+        base = torch.tensor([len(x) for x in pre], device=self.device)
+        cache.lengths[model_rows] = 0
+        target = cache if free.numel() == b else self.model.new_cache(len(pre), cache.capacity)
+        seeds = fl.queue[ids]
+        first = self._prefill(pre, base, target, Draws(seeds, torch.zeros_like(seeds)))
+        if target is not cache:
+            cache.assign(model_rows, target)
+        fresh[free] = True
+        fl.seq[free], fl.n[free], fl.base[model_rows] = ids, 1, base
+        fl.seeds, fl.iteration = fl.seeds.clone(), fl.iteration.clone()
+        fl.seeds[free], fl.iteration[free] = seeds, 0
+        fl.tokens[free] = 0
+        fl.tokens[free, 0] = first
+        self.parts.drafter.reset(fresh)
+        stats.admit(ids.tolist())
+        bar.update(free.numel())
+        return fresh
 
     def _prefill(self, prefixes, base, cache, draws) -> torch.Tensor:
         """One forward over all prompts; returns the first generated token per sequence."""
@@ -199,8 +263,9 @@ class JacobiDecoder:
             tokens, q = slots.old_tokens, slots.old_q
         d = self.shape.depth if self.shape.tree else 0
         if d:
-            cand, valid = self.parts.tree.expand(tokens[:, :d], q[:, :d], slots.positions[:, :d], draws)
-        else:
-            cand = torch.zeros(b, 0, 1, dtype=torch.int64, device=self.device)
-            valid = torch.zeros(b, 0, 1, dtype=torch.bool, device=self.device)
-        return Window(tokens, q, cand, valid)
+            return Window(tokens, q, *self.parts.tree.expand(tokens[:, :d], q[:, :d], slots.positions[:, :d], draws))
+        return Window(tokens, q, *self._no_tree(b))
+
+    def _no_tree(self, b: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return (torch.zeros(b, 0, 1, dtype=torch.int64, device=self.device),
+                torch.zeros(b, 0, 1, dtype=torch.bool, device=self.device))

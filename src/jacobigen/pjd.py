@@ -42,6 +42,7 @@ from .draws import Draws
 from .errors import ConfigError
 from .jacobi import JacobiDecoder
 from .rng import Stream
+from .stats import DecodeStats
 
 
 @dataclass(frozen=True)
@@ -183,7 +184,19 @@ class PJDDecoder(JacobiDecoder):
 
     # --- the loop -----------------------------------------------------------------------------
 
-    def run(self, prefixes: list[list[int]], seeds: list[int], progress: bool = False):
+    def run(self, prefixes: list[list[int]], seeds: list[int], progress: bool = False,
+            batch_size: int | None = None):
+        """As :meth:`JacobiDecoder.run`, except that rows are not refilled: with ``batch_size``
+        the sequences are decoded in batches, one batch after another."""
+        b = len(seeds)
+        if not batch_size or batch_size >= b:
+            return self._run(prefixes, seeds, progress)
+        group = len(prefixes) // b
+        runs = [self._run(prefixes[i * group:(i + batch_size) * group], seeds[i:i + batch_size], progress)
+                for i in range(0, b, batch_size)]
+        return torch.cat([t for t, _ in runs]), DecodeStats.concat([s for _, s in runs])
+
+    def _run(self, prefixes: list[list[int]], seeds: list[int], progress: bool):
         t_start = time.perf_counter()
         b, length, nrows = len(seeds), self.layout.length, self.layout.rows
         a_max, wd = self.segments, self.parts.window - 1
@@ -199,7 +212,7 @@ class PJDDecoder(JacobiDecoder):
         cnt[:, 0] = 1
         uncached = torch.zeros(b, nrows, dtype=torch.bool, device=self.device)
         uncached[:, 0] = True
-        stats.record(torch.ones(b, dtype=torch.int64), torch.ones(b, dtype=torch.bool))
+        stats.admit(list(range(b)))
         bar.update(b)
         memory = None
 
@@ -255,7 +268,7 @@ class PJDDecoder(JacobiDecoder):
             uncached[seqs[plan.live], plan.top[plan.live]] = True
             cnt.scatter_add_(1, plan.rows[:, :a_t], step)
             done = step.sum(1)
-            stats.record(done, plan.live)
+            stats.record(seqs, done, plan.live)
             bar.update(int(done.sum()))
             memory = Memory(plan.rows[:, 0], plan.window, plan.cnt, torch.where(plan.in_block, plan.w, -1),
                             p, drafts, q)

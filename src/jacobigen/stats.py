@@ -11,10 +11,10 @@ import torch
 class DecodeStats:
     """Counts for one decode call of B sequences.
 
-    ``nfe`` counts forward passes of the whole batch, prefill included (a CFG pair is one pass).
-    ``sequence_nfe[b]`` is the number of passes sequence b took part in before it finished.
-    ``committed`` holds, per iteration, the tokens each still-running sequence committed (the
-    prefill's single token included).
+    ``nfe`` counts forward passes of the whole batch, prefills included (a CFG pair is one pass).
+    ``sequence_nfe[b]`` is the number of passes sequence b took part in: its prefill (which also
+    gives its first token) and every iteration until it finished. ``committed`` holds, per
+    iteration, the tokens each running sequence committed.
     """
 
     batch: int
@@ -29,9 +29,16 @@ class DecodeStats:
     def start(cls, batch: int) -> "DecodeStats":
         return cls(batch=batch, sequence_nfe=[0] * batch)
 
-    def record(self, step: torch.Tensor, active: torch.Tensor) -> None:
-        self.sequence_nfe = (torch.tensor(self.sequence_nfe) + active.cpu()).tolist()
-        self.committed.extend(step[active].tolist())
+    def admit(self, sequences: list[int]) -> None:
+        """These sequences were prefilled (one pass each, one token each)."""
+        for s in sequences:
+            self.sequence_nfe[s] += 1
+
+    def record(self, sequences: torch.Tensor, step: torch.Tensor, active: torch.Tensor) -> None:
+        """One iteration: row r decoded sequence ``sequences[r]`` and committed ``step[r]`` tokens."""
+        for s, c in zip(sequences[active].tolist(), step[active].tolist()):
+            self.sequence_nfe[s] += 1
+            self.committed.append(c)
 
     def finish(self, nfe: int, wall: float, forward: float) -> None:
         self.nfe, self.wall_time, self.forward_time = nfe, wall, forward
@@ -41,9 +48,21 @@ class DecodeStats:
         """Everything but the model forward: drafting, verification, cache bookkeeping."""
         return self.wall_time - self.forward_time
 
+    @classmethod
+    def concat(cls, parts: list["DecodeStats"]) -> "DecodeStats":
+        """Stats of decode calls run one after another, as one call."""
+        out = cls(batch=sum(p.batch for p in parts), lossless=all(p.lossless for p in parts))
+        for p in parts:
+            out.nfe += p.nfe
+            out.sequence_nfe += p.sequence_nfe
+            out.committed += p.committed
+            out.wall_time += p.wall_time
+            out.forward_time += p.forward_time
+        return out
+
     @property
     def tokens(self) -> int:
-        return sum(self.committed)
+        return sum(self.committed) + self.batch
 
     @property
     def mean_accepted(self) -> float:
@@ -51,9 +70,9 @@ class DecodeStats:
         return self.tokens / max(sum(self.sequence_nfe), 1)
 
     def histogram(self) -> dict[int, int]:
-        """Iterations by number of tokens they committed (prefill excluded)."""
+        """Iterations by number of tokens they committed."""
         counts: dict[int, int] = {}
-        for c in self.committed[self.batch:]:
+        for c in self.committed:
             counts[c] = counts.get(c, 0) + 1
         return dict(sorted(counts.items()))
 

@@ -1,0 +1,60 @@
+"""Throughput against batch size: images and tokens per second when many images decode together.
+
+Batching and Jacobi decoding both buy speed by giving the device more tokens per forward; on a
+device that is already busy at batch 16, drafts cost real compute. This measures where the two
+meet, per method, in one process, with the same prompts and seeds everywhere.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tqdm.auto import tqdm
+
+from .methods import get_method
+from .pipeline import Pipeline
+
+
+def run_throughput(pipe: Pipeline, methods: list[str], batch_sizes: list[int], n_images: int,
+                   window: int, repeats: int = 1, progress: bool = True, **sampling) -> list[dict]:
+    """Decode ``n_images`` images (example prompts, seeds 0..n-1) for every (method, batch size),
+    ``repeats`` times, interleaved; report the fastest run of each."""
+    prompts = (pipe.example_prompts * n_images)[:n_images]
+    seeds = list(range(n_images))
+    image_tokens = pipe.layout.rows * pipe.layout.cols
+    for m in methods:                        # warm-up: one-time costs (kernels, neighbour tables)
+        get_method(m)
+        pipe.generate(prompts[0], method=m, window=window, seed=0, **sampling)
+    best: dict = {}
+    jobs = [(m, b) for _ in range(repeats) for b in batch_sizes for m in methods]
+    for m, b in tqdm(jobs, disable=not progress, desc="throughput", unit="run"):
+        gen, _ = pipe.generate(prompts, method=m, window=window, seed=seeds, batch_size=b, **sampling)
+        s = gen.stats
+        if (m, b) not in best or s.wall_time < best[m, b]["wall_time"]:
+            best[m, b] = {"method": m, "batch_size": b, "window": 1 if m == "ar" else window,
+                          "lossless": gen.method.lossless, "images": n_images, "wall_time": s.wall_time,
+                          "images_per_second": n_images / s.wall_time,
+                          "tokens_per_second": n_images * image_tokens / s.wall_time,
+                          "forward_passes": s.nfe,
+                          "step_compression": n_images * pipe.layout.length / sum(s.sequence_nfe),
+                          "overhead_share": s.overhead_time / s.wall_time}
+    return [best[m, b] for m in methods for b in batch_sizes]
+
+
+def markdown(rows: list[dict]) -> str:
+    head = ("| method | batch | images/s | image tokens/s | forward passes | step compression | overhead |\n"
+            "|---|---|---|---|---|---|---|\n")
+    return head + "".join(
+        f"| {r['method']} | {r['batch_size']} | {r['images_per_second']:.2f} | {r['tokens_per_second']:.0f} | "
+        f"{r['forward_passes']} | {r['step_compression']:.2f}x | {100 * r['overhead_share']:.0f}% |\n"
+        for r in rows)
+
+
+def write_report(rows: list[dict], out_dir: Path, meta: dict) -> None:
+    from .plots import plot_throughput
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "throughput.json").write_text(json.dumps({**meta, "rows": rows}, indent=2))
+    (out_dir / "throughput.md").write_text(markdown(rows))
+    plot_throughput(rows, out_dir / "throughput.png")
