@@ -112,17 +112,13 @@ def run_bench(pipe: Pipeline, methods: list[str], windows: list, prompts: list[s
     return sorted(rows.values(), key=lambda r: (order[r.method], r.auto, r.window)), extra
 
 
-FID_BATCH = 16  # sequences per generate call when sampling image sets
+FID_BATCH = 16  # sequences decoded together when sampling image sets
 
 
 def sample_images(pipe: Pipeline, method: str, window: int, prompts: list[str], seeds: list[int],
                   **kwargs) -> list[Image.Image]:
-    """One image per (prompt, seed), ``FID_BATCH`` sequences per generate call."""
-    out: list[Image.Image] = []
-    for i in range(0, len(prompts), FID_BATCH):
-        out += pipe.generate(prompts[i:i + FID_BATCH], method=method, window=window,
-                             seed=seeds[i:i + FID_BATCH], **kwargs)[1]
-    return out
+    """One image per (prompt, seed), ``FID_BATCH`` sequences in flight (continuous refill)."""
+    return pipe.generate(prompts, method=method, window=window, seed=seeds, batch_size=FID_BATCH, **kwargs)[1]
 
 
 @dataclass
