@@ -75,3 +75,24 @@ def test_refilled_batches_are_exact_per_sequence(method):
     for i in range(2):
         assert gof_pvalue(exact[i], tokens[i::2]) > 1e-4
         assert gof_pvalue(exact[1 - i], tokens[i::2]) < 1e-8    # the test tells the prompts apart
+
+
+def test_pjd_decodes_batches_one_after_another(model):
+    kw = dict(layout=LAYOUT, method="pjd", window=8, seed=SEEDS)
+    whole = generate(model, PROMPTS, **kw)
+    batched = generate(model, PROMPTS, batch_size=2, **kw)
+    assert torch.equal(batched.tokens, whole.tokens)
+    assert batched.stats.sequence_nfe == whole.stats.sequence_nfe
+    assert batched.stats.nfe > whole.stats.nfe and batched.stats.batch == len(PROMPTS)
+
+
+def test_cli_batch_size(tmp_path):
+    from click.testing import CliRunner
+
+    from jacobigen.cli import main
+
+    res = CliRunner().invoke(main, ["generate", "red heart", "blue car", "--model", "random", "--num-images", "2",
+                                    "--batch-size", "3", "--window", "8", "--no-progress",
+                                    "--out", str(tmp_path / "g.png")])
+    assert res.exit_code == 0, res.output
+    assert "for 4 image(s)" in res.output and (tmp_path / "g.png").exists()

@@ -44,6 +44,12 @@ class KVCache:
             mine[rows] = theirs
         self.lengths[rows] = other.lengths
 
+    def select(self, rows: torch.Tensor) -> None:
+        """Keep only rows ``rows`` (indices), in that order."""
+        self.keys = [k[rows] for k in self.keys]
+        self.values = [v[rows] for v in self.values]
+        self.lengths = self.lengths[rows]
+
     def commit(self, keep: torch.Tensor, counts: torch.Tensor) -> None:
         """Keep ``keep[r, :counts[r]]`` (indices into the last block, increasing) for each row."""
         keep = keep.to(self.lengths.device)

@@ -154,11 +154,11 @@ def _generate_jobs(prompts, prompts_file, model_spec, device, num_images, seed, 
                   on_result=lambda job, rec: bar.update(1), **gen_options)
     bar.close()
     wall = time.perf_counter() - t0
-    summary = outputs.summarise(jobs, wall_time=wall, images_made=todo,
-                                images_per_second=todo / wall if todo else 0.0, **run)
+    summary = outputs.summarise(jobs, made=todo, wall_time=wall, **run)
     click.echo(f"{summary['images']} image(s) in {out_dir}; made {todo} in {wall:.1f} s "
-               f"({summary['images_per_second']:.2f} images/s); step compression "
-               f"{summary['step_compression']:.2f}x; wrote {out_dir / 'stats.json'}")
+               f"({summary['images_per_second']:.2f} images/s, {summary['image_tokens_per_second']:.0f} "
+               f"image tokens/s); step compression {summary['step_compression']:.2f}x; "
+               f"wrote {out_dir / 'stats.json'}")
 
 
 def _csv(kind):

@@ -37,6 +37,9 @@ class Drafter:
     def reset(self, rows: torch.Tensor) -> None:
         """Forget what batch rows ``rows`` (bool [B]) saw: they now decode a new sequence."""
 
+    def select(self, rows: torch.Tensor) -> None:
+        """Keep only batch rows ``rows`` (indices), in that order: finished rows leave the batch."""
+
     def draft(self, slots: Slots, draws: Draws) -> tuple[torch.Tensor, torch.Tensor]:
         raise NotImplementedError
 
@@ -97,6 +100,10 @@ class VerificationPrior(Drafter):
         self.base.reset(rows)
         self.owner[rows] = -1
         self.count[rows] = 0
+
+    def select(self, rows):
+        self.base.select(rows)
+        self.past, self.owner, self.count = self.past[rows], self.owner[rows], self.count[rows]
 
     def fuse(self, p: torch.Tensor, past: torch.Tensor, count: torch.Tensor) -> torch.Tensor:
         """p [..., V], past [..., H, V] newest first, count [...] valid entries -> fused p'."""

@@ -39,6 +39,11 @@ class Parts:
     layout2d: RowParallel | None = None     # PJD's row-parallel layout (pjd.py), None: 1-D chain
 
 
+def model_rows(rows: torch.Tensor, group: int) -> torch.Tensor:
+    """Model rows of batch rows: a guided sequence owns a (cond, uncond) pair."""
+    return (rows[:, None] * group + torch.arange(group, device=rows.device)).flatten()
+
+
 @dataclass
 class Flight:
     """The rows of a batch: row r decodes sequence ``seq[r]`` (-1: free) and has ``n[r]`` tokens."""
@@ -55,6 +60,10 @@ class Flight:
     @property
     def draws(self) -> Draws:
         return Draws(self.seeds, self.iteration)
+
+    def select(self, rows: torch.Tensor, group: int) -> "Flight":
+        return Flight(self.seq[rows], self.n[rows], self.base[model_rows(rows, group)], self.tokens[rows],
+                      self.seeds[rows], self.iteration[rows], self.queue, self.next)
 
 
 def _sync(device: torch.device) -> None:
@@ -178,6 +187,13 @@ class JacobiDecoder:
             out[fl.seq[done]] = fl.tokens[done, :length]
             fl.seq = torch.where(done, -1, fl.seq)
             live = active & ~self._admit(fl, cache, prefixes, stats, bar)
+            running = fl.n < length
+            if fl.next == total and bool(running.any()) and 4 * int((~running).sum()) >= len(running):
+                # nothing waits: a quarter of the rows are done, so stop paying for them
+                rows = running.nonzero().flatten()
+                fl, window, p, step, live = fl.select(rows, group), window.select(rows), p[rows], step[rows], live[rows]
+                cache.select(model_rows(rows, group))
+                self.parts.drafter.select(rows)
 
         bar.close()
         stats.finish(nfe=self.nfe, wall=time.perf_counter() - t_start, forward=self.forward_time)
@@ -219,17 +235,17 @@ class JacobiDecoder:
             return fresh
         ids = torch.arange(fl.next, fl.next + free.numel(), device=self.device)
         fl.next += free.numel()
-        model_rows = (free[:, None] * group + torch.arange(group, device=self.device)).flatten()
+        mrows = model_rows(free, group)
         pre = [prefixes[r] for i in ids.tolist() for r in range(i * group, (i + 1) * group)]
         base = torch.tensor([len(x) for x in pre], device=self.device)
-        cache.lengths[model_rows] = 0
+        cache.lengths[mrows] = 0
         target = cache if free.numel() == b else self.model.new_cache(len(pre), cache.capacity)
         seeds = fl.queue[ids]
         first = self._prefill(pre, base, target, Draws(seeds, torch.zeros_like(seeds)))
         if target is not cache:
-            cache.assign(model_rows, target)
+            cache.assign(mrows, target)
         fresh[free] = True
-        fl.seq[free], fl.n[free], fl.base[model_rows] = ids, 1, base
+        fl.seq[free], fl.n[free], fl.base[mrows] = ids, 1, base
         fl.seeds, fl.iteration = fl.seeds.clone(), fl.iteration.clone()
         fl.seeds[free], fl.iteration[free] = seeds, 0
         fl.tokens[free] = 0

@@ -78,15 +78,20 @@ class Outputs:
         _atomic(self.folder / f"{job.name}.png", png)
         _atomic(self._record_path(job), json.dumps(record, indent=2).encode())
 
-    def summarise(self, jobs: list[Job], **run) -> dict:
-        """Sum the records of ``jobs`` into ``stats.json``; ``run`` adds figures of this run."""
+    def summarise(self, jobs: list[Job], made: int = 0, wall_time: float = 0.0, **run) -> dict:
+        """Sum the records of ``jobs`` into ``stats.json``, with the rate of this run (``made``
+        images in ``wall_time`` seconds) and its other figures ``run``."""
         recs = [json.loads(self._record_path(j).read_text()) for j in jobs if self.done(j)]
         nfe = sum(r["sequence_nfe"] for r in recs)
         ar = sum(r["ar_nfe"] for r in recs)
+        per_image = recs[0]["image_tokens"] if recs else 0
+        rate = made / wall_time if wall_time else 0.0
         summary = {"images": len(recs), "missing": len(jobs) - len(recs),
                    "forward_passes_per_image": nfe / max(len(recs), 1),
                    "step_compression": ar / nfe if nfe else 0.0,
-                   "methods": sorted({r["method"] for r in recs}), **run}
+                   "methods": sorted({r["method"] for r in recs}),
+                   "images_made": made, "wall_time": wall_time, "images_per_second": rate,
+                   "image_tokens_per_second": rate * per_image, **run}
         (self.folder / "stats.json").write_text(json.dumps(summary, indent=2))
         return summary
 
@@ -108,6 +113,7 @@ def render(pipe: Pipeline, jobs: list[Job], batch_size: int | None = None, **opt
         img.save(buf, format="PNG")
         out.append((buf.getvalue(), {**asdict(job), "method": gen.method.name, "lossless": gen.method.lossless,
                                      "sequence_nfe": nfe, "ar_nfe": pipe.layout.length,
+                                     "image_tokens": pipe.layout.rows * pipe.layout.cols,
                                      "batch_wall_time": s.wall_time, "batch_images": len(jobs),
                                      "worker_pid": os.getpid()}))
     return out

@@ -29,6 +29,9 @@ class Window:
     cand: torch.Tensor         # [B, D, K] candidates per tree depth (rank 0 = spine draft)
     cand_valid: torch.Tensor   # [B, D, K] False where q had fewer than K ids to offer
 
+    def select(self, rows: torch.Tensor) -> "Window":
+        return Window(self.tokens[rows], self.q[rows], self.cand[rows], self.cand_valid[rows])
+
 
 def without(q: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
     """q with ``ids`` removed and renormalised (the law of the next draw without replacement)."""
