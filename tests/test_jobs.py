@@ -83,3 +83,10 @@ def test_ray_survives_a_killed_worker(tmp_path):
     summary = out.summarise(jobs, **run)
     assert summary["images"] == 6 and summary["missing"] == 0
     assert run["restarts"] >= 1     # a fresh process took over the dead worker's chunk
+
+
+def test_cli_job_errors_are_clear(tmp_path):
+    res = CliRunner().invoke(main, ["generate", "--model", "random"])
+    assert res.exit_code != 0 and "give PROMPTS or --prompts FILE" in res.output
+    res = CliRunner().invoke(main, ["generate", "--model", "random", "--prompts", str(tmp_path / "none.txt")])
+    assert res.exit_code != 0 and "cannot read prompts file" in res.output and "Traceback" not in res.output
