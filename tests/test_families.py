@@ -151,6 +151,18 @@ def test_sampled_runs_give_valid_grids(family, method):
     assert torch.equal(gen.tokens[:, lay.forced() >= 0], lay.forced()[lay.forced() >= 0].expand(2, -1))
 
 
+def test_refilled_batches_match_each_prompt_alone(family):
+    """Three prompts of different lengths through two rows: refill moves a newcomer's prefilled
+    cache (and any per-row state, like LlamaGen's prompt lengths) into a finished row."""
+    name, _, pipe, _, _, _ = family
+    texts = ["3", "7", "1"] if name == "llamagen-c2i" else ["a red cat", "a big blue house on a hill", "sun"]
+    kw = dict(method="sjd", window=8, top_k=1)
+    batch, _ = pipe.generate(texts, seed=[1, 2, 3], batch_size=2, **kw)
+    for i, text in enumerate(texts):
+        alone, _ = pipe.generate(text, seed=i + 1, **kw)
+        assert torch.equal(batch.tokens[i], alone.tokens[0]), (name, text)
+
+
 # --- loading ------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("family_name", ["chameleon", "lumina-mgpt", "janus", "emu3", "llamagen"])

@@ -238,8 +238,8 @@ class JacobiDecoder:
         mrows = model_rows(free, group)
         pre = [prefixes[r] for i in ids.tolist() for r in range(i * group, (i + 1) * group)]
         base = torch.tensor([len(x) for x in pre], device=self.device)
-        cache.lengths[mrows] = 0
-        target = cache if free.numel() == b else self.model.new_cache(len(pre), cache.capacity)
+        # the first sequences fill the empty cache; later ones are prefilled apart and moved in
+        target = cache if fl.next == free.numel() else self.model.new_cache(len(pre), cache.capacity)
         seeds = fl.queue[ids]
         first = self._prefill(pre, base, target, Draws(seeds, torch.zeros_like(seeds)))
         if target is not cache:

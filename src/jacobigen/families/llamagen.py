@@ -182,6 +182,17 @@ class LlamaGenCache(KVCache):
 
     prompt_len: torch.Tensor | None = None
 
+    def select(self, rows):
+        super().select(rows)
+        if self.prompt_len is not None:
+            self.prompt_len = self.prompt_len[rows]
+
+    def assign(self, rows, other):
+        super().assign(rows, other)
+        lens = torch.zeros_like(self.lengths) if self.prompt_len is None else self.prompt_len.clone()
+        lens[rows] = other.prompt_len     # (a clone: the prefill made it under inference mode)
+        self.prompt_len = lens
+
 
 class LlamaGen(nn.Module):
     """The GPT behind our model interface; state-dict keys are LlamaGen's."""
