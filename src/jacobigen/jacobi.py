@@ -57,6 +57,14 @@ class Flight:
     queue: torch.Tensor       # [N] seeds of every sequence, in admission order
     next: int = 0             # next sequence to admit
 
+    @classmethod
+    def empty(cls, rows: int, group: int, length: int, width: int, seeds: list[int], device) -> "Flight":
+        """``rows`` free rows (counted as finished: ``n = length``), ``width`` token slots each."""
+        def zeros(*shape):
+            return torch.zeros(shape, dtype=torch.int64, device=device)
+        return cls(zeros(rows) - 1, zeros(rows) + length, zeros(rows * group), zeros(rows, width), zeros(rows),
+                   zeros(rows), torch.tensor(seeds, dtype=torch.int64, device=device))
+
     @property
     def draws(self) -> Draws:
         return Draws(self.seeds, self.iteration)
@@ -128,12 +136,8 @@ class JacobiDecoder:
         total, length, shape = len(seeds), self.layout.length, self.shape
         w = shape.drafts
         b = min(batch_size or total, total)
-        group, prefixes, _, cache, draws, stats = self._start(prefixes, seeds, shape.size, w, b)
-        fl = Flight(seq=torch.full((b,), -1, device=self.device), n=torch.full((b,), length, device=self.device),
-                    base=torch.zeros(b * group, dtype=torch.int64, device=self.device),
-                    tokens=torch.zeros(b, length + w + 1, dtype=torch.int64, device=self.device),
-                    seeds=draws.seeds, iteration=draws.iteration,
-                    queue=torch.tensor(seeds, dtype=torch.int64, device=self.device))
+        group, prefixes, _, cache, _, stats = self._start(prefixes, seeds, shape.size, w, b)
+        fl = Flight.empty(b, group, length, length + w + 1, seeds, self.device)
         out = torch.zeros(total, length, dtype=torch.int64, device=self.device)
         bar = tqdm(total=total * length, disable=not progress, unit="tok", desc="decoding")
         arange_w = torch.arange(w, device=self.device)
