@@ -21,7 +21,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from common import DATA, ROOT, WEIGHTS, Log, cosine_lr, load_split, save_atomic
+from common import DATA, ROOT, WEIGHTS, Log, add_cpu_args, cosine_lr, load_split, save_atomic
 from jacobigen import embedded as E
 from jacobigen.model import Transformer, TransformerConfig, save_transformer
 
@@ -113,9 +113,7 @@ def main() -> None:
     ap.add_argument("--lr", type=float, default=6e-4)
     ap.add_argument("--weight-decay", type=float, default=0.1)
     ap.add_argument("--steps", type=int, default=8000, help="cosine schedule length")
-    ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--no-bf16", dest="bf16", action="store_false",
-                    help="bf16 autocast roughly doubles CPU speed (AVX512-BF16/AMX)")
+    add_cpu_args(ap)
     ap.add_argument("--drop-caption", type=float, default=0.1)
     ap.add_argument("--log-every", type=int, default=50)
     ap.add_argument("--ckpt-minutes", type=float, default=5)

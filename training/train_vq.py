@@ -12,7 +12,7 @@ import time
 import torch
 import torch.nn.functional as F
 
-from common import ROOT, WEIGHTS, Log, cosine_lr, load_images, load_split, save_atomic
+from common import ROOT, WEIGHTS, Log, add_cpu_args, cosine_lr, load_images, load_split, save_atomic
 from jacobigen.vq import VQConfig, VQModel, codebook_stats
 
 CKPT_DIR = ROOT / "checkpoints" / "vq"
@@ -52,9 +52,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=4800)
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--lr", type=float, default=1e-3)
-    ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--no-bf16", dest="bf16", action="store_false",
-                    help="bf16 autocast roughly doubles CPU speed (AVX512-BF16/AMX)")
+    add_cpu_args(ap)
     ap.add_argument("--eval-every", type=int, default=300)
     ap.add_argument("--ckpt-every", type=int, default=100)
     args = ap.parse_args()
