@@ -112,7 +112,7 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--lr", type=float, default=6e-4)
     ap.add_argument("--weight-decay", type=float, default=0.1)
-    ap.add_argument("--steps", type=int, default=8000, help="cosine schedule length")
+    ap.add_argument("--steps", type=int, default=4800, help="cosine schedule length")
     add_cpu_args(ap)
     ap.add_argument("--drop-caption", type=float, default=0.1)
     ap.add_argument("--log-every", type=int, default=50)
