@@ -17,7 +17,7 @@ import torch
 
 from common import DATA, WEIGHTS, add_cpu_args, load_split
 from jacobigen.model import load_transformer
-from train_ar import Batches, heldout_loss
+from train_ar import Batches, mean_code_ce
 
 
 def main() -> None:
@@ -35,9 +35,9 @@ def main() -> None:
     for subset, indices in subsets.items():
         losses = []
         for drop in (0.0, 1.0):
-            data = Batches(tokens, tokens, captions, indices, drop_caption=drop, flip=False)
+            data = Batches(tokens, tokens, captions, indices, drop_caption=drop, flip=False)  # no flipped grids needed
             with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.bf16):
-                losses.append(heldout_loss(model, data))
+                losses.append(mean_code_ce(model, data))
         print(f"{subset} code CE: captioned {losses[0]:.4f}, unconditional {losses[1]:.4f}, "
               f"caption gain {losses[1] - losses[0]:.4f} nats/code")
 

@@ -83,8 +83,8 @@ def code_loss(logits: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torc
 
 
 @torch.no_grad()
-def heldout_loss(model: Transformer, data: Batches, bs: int = 32) -> float:
-    """Per-code CE on the held-out split, captions kept and no flips."""
+def mean_code_ce(model: Transformer, data: Batches, bs: int = 32) -> float:
+    """Per-code CE over every example of `data` in order (its caption dropout and flips apply)."""
     model.eval()
     rng = np.random.default_rng(0)
     total, count = 0.0, 0
@@ -181,7 +181,7 @@ def main() -> None:
         if time.time() - t_export > 60 * args.export_minutes or step == args.steps:
             t_eval = time.time()
             with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.bf16):
-                held = heldout_loss(model, test)
+                held = mean_code_ce(model, test)
             improved = held < best
             if improved:
                 best = held
