@@ -77,8 +77,11 @@ def test_refilled_batches_are_exact_per_sequence(method):
         assert gof_pvalue(exact[1 - i], tokens[i::2]) < 1e-8    # the test tells the prompts apart
 
 
-def test_pjd_decodes_batches_one_after_another(model):
-    kw = dict(layout=LAYOUT, method="pjd", window=8, seed=SEEDS)
+@pytest.mark.parametrize("method", ["pjd", "pjd+scd-mc+pac"])
+def test_pjd_rows_refill(model, method):
+    """PJD runs on the same step and batch scheduler: refilled rows give each sequence the tokens
+    and forward count it gets in one batch."""
+    kw = dict(layout=LAYOUT, method=method, window=8, seed=SEEDS)
     whole = generate(model, PROMPTS, **kw)
     batched = generate(model, PROMPTS, batch_size=2, **kw)
     assert torch.equal(batched.tokens, whole.tokens)

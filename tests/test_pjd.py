@@ -20,7 +20,8 @@ from jacobigen.exactness import exact_distribution, gof_pvalue, layout, sample, 
 from jacobigen import METHODS, ConfigError, generate
 from jacobigen.cli import main
 from jacobigen.masks import block_mask
-from jacobigen.pjd import PJDDecoder, RowParallel
+from jacobigen.jacobi import JacobiDecoder
+from jacobigen.pjd import RowParallel
 from jacobigen.sampling import SamplingConfig
 from models import LAYOUT, PROMPT, UNCOND, random_model
 
@@ -40,10 +41,13 @@ def tiny():
     ("pjd+scd-mc", 2, 3, False, "cfg-topp", 8),
     ("pjd", 3, 2, True, "cfg-topp", 4),
     ("pjd+scd-mc", 3, 2, False, "plain", 4),
+    ("pjd+scd-mc+pac", 2, 3, True, "plain", 4),
+    ("pjd+scd-mc+vp", 2, 3, True, "cfg-topp", 4),
 ])
 def test_one_row_at_a_time_is_exact(tiny, method, rows, cols, eol, sampling, window):
     s, lay = SAMPLINGS[sampling], layout(eol, rows, cols)
-    samples = sample(tiny, lay, s, METHODS[method].build(window, pjd_context=cols), N)
+    options = {"tree_depth": 2, "tree_width": 2} if "pac" in method else {}
+    samples = sample(tiny, lay, s, METHODS[method].build(window, pjd_context=cols, **options), N)
     assert gof_pvalue(exact_distribution(tiny, lay, s), samples) > PASS
 
 
@@ -81,22 +85,20 @@ def test_fewer_forwards_than_sjd():
 
 # --- the row-causal mask against brute force --------------------------------------------------
 
-class Recording(PJDDecoder):
-    """Keeps, for every block forward, the committed counts, the block geometry and the mask."""
+def recording_decoder(model, lay, parts, records: list) -> JacobiDecoder:
+    """A PJD decoder that keeps, for every block forward, the committed counts, the block
+    geometry and the mask."""
+    dec = JacobiDecoder(model, lay, SamplingConfig(), parts)
+    rows = dec.engine.schedule
+    real_block = rows.block
 
-    def __init__(self, *args):
-        super().__init__(*args)
-        self.records = []
-
-    def plan(self, cnt, uncached):
-        self._cnt = cnt.clone()
-        return super().plan(cnt, uncached)
-
-    def _forward(self, tokens, positions, structure, cache, cached=None):
-        if cached is not None:
-            self.records[-1].update(cnt=self._cnt, positions=positions.clone(), lengths=cache.lengths.clone(),
-                                    mask=block_mask(cache.lengths, cache.capacity, structure, cached)[:, 0])
-        return super()._forward(tokens, positions, structure, cache, cached)
+    def block(fl, seg, cache):
+        cnt, lengths = rows.cnt.clone(), cache.lengths.clone()
+        out = real_block(fl, seg, cache)
+        records[-1].update(cnt=cnt, node_pos=out.node_pos.clone(), lengths=lengths, mask=out.mask[:, 0])
+        return out
+    rows.block = block
+    return dec
 
 
 def committed_positions(lay, cnt):
@@ -112,19 +114,20 @@ def test_row_causal_mask_matches_brute_force(monkeypatch, eol):
     or an uncached tail in the block), its own anchor and earlier drafts, and nothing else; padding
     sees only itself. Checked at every forward of a c = 1 decode of a 4x4 grid."""
     model, lay = tiny_model(), layout(eol, 4, 4)
-    dec = Recording(model, lay, SamplingConfig(), METHODS["pjd"].build(3, pjd_context=1))
+    records = []
+    dec = recording_decoder(model, lay, METHODS["pjd"].build(3, pjd_context=1), records)
     real = pjd.row_causal_mask
 
-    def spy(anchor_pos, shared, node_ok, slot_pos):
-        dec.records.append(dict(anchor_pos=anchor_pos.clone(), node_ok=node_ok.clone(), slot_pos=slot_pos.clone()))
-        return real(anchor_pos, shared, node_ok, slot_pos)
+    def spy(anchor_pos, shared, node_ok, slot_pos, within=None):
+        records.append(dict(anchor_pos=anchor_pos.clone(), node_ok=node_ok.clone(), slot_pos=slot_pos.clone()))
+        return real(anchor_pos, shared, node_ok, slot_pos, within)
     monkeypatch.setattr(pjd, "row_causal_mask", spy)
     dec.run([TINY_PROMPT] * 4, [0, 1, 2, 3])
 
     base = len(TINY_PROMPT)
     most_segments, cross_row = 0, 0
-    for rec in dec.records:
-        mask, positions = rec["mask"] == 0, rec["positions"] - base
+    for rec in records:
+        mask, positions = rec["mask"] == 0, rec["node_pos"]
         b, a, t1 = rec["node_ok"].shape
         for r in range(b):
             cached = [int(rec["slot_pos"][r, s]) for s in range(int(rec["lengths"][r]))]

@@ -35,3 +35,33 @@ def test_categorical_matches_probabilities():
     assert counts[1] == 0
     expected = 100_000 * p[[0, 2, 3]].double().numpy()
     assert sps.chisquare(counts[[0, 2, 3]], expected / expected.sum() * 100_000).pvalue > 1e-4
+
+
+def test_hash_matches_python_integers():
+    """The int64 evaluation (wrapping products) equals the 32-bit hash computed exactly."""
+    def mix(x):
+        x ^= x >> 16
+        x = x * 0x7FEB352D & 0xFFFFFFFF
+        x ^= x >> 15
+        x = x * 0x846CA68B & 0xFFFFFFFF
+        return x ^ (x >> 16)
+
+    def reference(*keys):
+        h = 0x9E3779B9
+        for k in keys:
+            h = mix((h ^ (k & 0xFFFFFFFF)) + 0x632BE5AB & 0xFFFFFFFF)
+        return h
+    keys = [(0, 0, 0), (2**32 - 1, 7, 3), (123456789, 2**31 + 5, 9), (-5, 40, 2)]
+    for k in keys:
+        assert int(rng.hash_keys(*(torch.tensor(x) for x in k))) == reference(*k)
+
+
+def test_small_and_large_paths_agree(monkeypatch):
+    """Small CPU key sets hash in NumPy, large ones in torch: the values must be the same."""
+    keys = (torch.tensor([3, 2**33 + 7, -4])[:, None], torch.arange(40)[None] + 10,
+            torch.tensor([5, 6, 7])[:, None], rng.Stream.ACCEPT, 2)
+    small = rng.uniform(*keys)
+    monkeypatch.setattr(rng, "_SMALL", 0)
+    big = rng.uniform(*keys)
+    assert small.dtype == big.dtype == torch.float64 and small.shape == (3, 40)
+    assert torch.equal(small, big)

@@ -45,8 +45,7 @@ def main() -> None:
             cond = logits[0][codes]
             raw.append(entropy(torch.softmax(cond, -1)))
             pair = torch.stack([logits[0][codes], logits[1][codes]])        # cond, uncond rows
-            p = target_probs(pair, sampling, layout.allowed(model.vocab_size),
-                             torch.full((1, pair.shape[1]), -1))
+            p = target_probs(pair, sampling, layout.allowed(model.vocab_size))
             target.append(entropy(p[0]))
     raw, target = torch.cat(raw), torch.cat(target)
     print(f"{args.images} images ({E.GRID}x{E.GRID} codes each): mean next-token entropy "

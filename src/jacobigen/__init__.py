@@ -1,5 +1,9 @@
 """jacobigen: fast, exact Jacobi decoding for autoregressive image generators."""
 
+from .threads import passive_wait as _passive_wait
+
+_passive_wait()   # before torch loads OpenMP: idle threads sleep instead of spinning (unless set)
+
 from .api import Generation, generate
 from .errors import ConfigError, JacobigenError, WeightsError
 from .layout import ImageLayout

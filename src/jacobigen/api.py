@@ -10,7 +10,6 @@ from .errors import ConfigError
 from .jacobi import JacobiDecoder, Parts
 from .layout import ImageLayout
 from .methods import Method, get_method
-from .pjd import PJDDecoder
 from .sampling import SamplingConfig
 from .stats import DecodeStats
 
@@ -23,10 +22,9 @@ class Generation:
     method: Method
 
 
-def make_decoder(model, layout: ImageLayout, sampling: SamplingConfig, parts: Parts) -> JacobiDecoder:
-    """The decoder loop for these parts: row-parallel (PJD) when they carry a 2-D layout."""
-    cls = PJDDecoder if parts.layout2d is not None else JacobiDecoder
-    return cls(model, layout, sampling, parts)
+def make_decoder(model, layout: ImageLayout, sampling: SamplingConfig, parts: Parts,
+                 timing: bool = False) -> JacobiDecoder:
+    return JacobiDecoder(model, layout, sampling, parts, timing)
 
 
 def _as_batch(prompt) -> list[list[int]]:
@@ -40,7 +38,7 @@ def _as_batch(prompt) -> list[list[int]]:
 def generate(model, prompt, *, layout: ImageLayout, method: str = "sjd", window: int = 32,
              seed: int | list[int] = 0, cfg: float = 1.0, uncond=None, temperature: float = 1.0,
              top_k: int | None = None, top_p: float | None = None, progress: bool = False,
-             batch_size: int | None = None, **options) -> Generation:
+             batch_size: int | None = None, timing: bool = False, **options) -> Generation:
     """Sample image token grids for one prompt (list of ids) or a batch of prompts.
 
     ``seed`` is one seed per sequence; an int gives sequence i the seed ``seed + i``, and a list of
@@ -49,6 +47,8 @@ def generate(model, prompt, *, layout: ImageLayout, method: str = "sjd", window:
     ``batch_size`` caps the sequences decoded together (default: all at once); when it is
     smaller, a finished sequence's row takes the next waiting one. Each sequence's tokens depend
     only on its prompt and seed, never on the batch it ran in.
+    ``timing=True`` syncs an accelerator around each forward so that ``stats.forward_time`` is
+    real (on a CPU it always is; on a GPU it is None otherwise, and the loop never waits).
     Extra keyword ``options`` go to the method's parts (see ``jacobigen methods``).
     """
     spec = get_method(method)
@@ -74,6 +74,6 @@ def generate(model, prompt, *, layout: ImageLayout, method: str = "sjd", window:
             raise ConfigError(f"{len(unconds)} unconditional prompts for {len(prompts)} prompts")
         rows = [r for pair in zip(prompts, unconds) for r in pair]
     parts = spec.build(window, **options)
-    tokens, stats = make_decoder(model, layout, sampling, parts).run(rows, seeds, progress, batch_size)
+    tokens, stats = make_decoder(model, layout, sampling, parts, timing).run(rows, seeds, progress, batch_size)
     stats.lossless = spec.lossless
     return Generation(tokens, layout.grid(tokens), stats, spec)

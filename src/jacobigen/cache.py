@@ -20,22 +20,25 @@ class KVCache:
         self.values = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(n_layers)]
         self.lengths = torch.zeros(rows, dtype=torch.int64, device=device)
         self.capacity = capacity
+        self._index: torch.Tensor | None = None
 
     @property
     def rows(self) -> int:
         return self.lengths.shape[0]
 
     def slots(self, block: int) -> torch.Tensor:
-        """Cache slots [rows, block] that a block of this size will occupy."""
-        if int(self.lengths.max()) + block > self.capacity:
-            raise ValueError(f"KV cache overflow: {int(self.lengths.max())} + {block} > {self.capacity}")
+        """Cache slots [rows, block] that a block of this size will occupy. No host sync: the
+        decoders size the cache for the longest sequence, and an overflowing index makes the
+        scatter in :meth:`update` fail rather than write out of place."""
         return self.lengths[:, None] + torch.arange(block, device=self.lengths.device)
 
     def update(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Write a block's keys/values [rows, heads, T, dim] after each row's length; return all slots."""
-        idx = self.slots(k.shape[2])[:, None, :, None].expand(-1, k.shape[1], -1, k.shape[3])
-        self.keys[layer].scatter_(2, idx, k.to(self.keys[layer].dtype))
-        self.values[layer].scatter_(2, idx, v.to(self.values[layer].dtype))
+        """Write a block's keys/values [rows, heads, T, dim] after each row's length; return all slots.
+        Layer 0 computes the scatter index that the other layers of the same forward reuse."""
+        if layer == 0 or self._index is None or self._index.shape[2] != k.shape[2]:
+            self._index = self.slots(k.shape[2])[:, None, :, None].expand(-1, k.shape[1], -1, k.shape[3])
+        self.keys[layer].scatter_(2, self._index, k.to(self.keys[layer].dtype))
+        self.values[layer].scatter_(2, self._index, v.to(self.values[layer].dtype))
         return self.keys[layer], self.values[layer]
 
     def assign(self, rows: torch.Tensor, other: "KVCache") -> None:
@@ -50,11 +53,12 @@ class KVCache:
         self.values = [v[rows] for v in self.values]
         self.lengths = self.lengths[rows]
 
-    def commit(self, keep: torch.Tensor, counts: torch.Tensor) -> None:
-        """Keep ``keep[r, :counts[r]]`` (indices into the last block, increasing) for each row."""
-        keep = keep.to(self.lengths.device)
+    def commit(self, keep: torch.Tensor | None, counts: torch.Tensor) -> None:
+        """Keep ``keep[r, :counts[r]]`` (indices into the last block, increasing) for each row;
+        ``keep=None`` keeps the first ``counts[r]`` entries, which are already in place."""
         counts = counts.to(self.lengths.device)
-        if keep.shape[1]:
+        if keep is not None and keep.shape[1]:
+            keep = keep.to(self.lengths.device)
             src = (self.lengths[:, None] + keep)[:, None, :, None]
             dst = self.slots(keep.shape[1])[:, None, :, None]
             for buf in (*self.keys, *self.values):

@@ -1,4 +1,4 @@
-"""Command line: ``jacobigen generate``, ``jacobigen methods``."""
+"""Command line: ``jacobigen generate``, ``bench``, ``throughput``, ``methods``."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from PIL import Image
 
 from .errors import JacobigenError
 from .methods import METHODS
+from .threads import choose_threads
 
 
 def image_grid(images: list[Image.Image], size: int) -> Image.Image:
@@ -37,6 +38,12 @@ def parse_options(pairs: tuple[str, ...]) -> dict:
         except json.JSONDecodeError:
             out[key.replace("-", "_")] = value
     return out
+
+
+THREADS = click.option(
+    "--threads", type=click.IntRange(min=1), default=None,
+    help="Torch CPU threads (default: 1 for a model under 50M parameters on the CPU, where a second "
+         "OpenMP thread stalls whenever the other core is busy; else torch's default).")
 
 
 @click.group()
@@ -78,9 +85,10 @@ def main():
 @click.option("--address", default=None, help="Ray cluster address (default: start a local instance).")
 @click.option("--workers", default=2, show_default=True, type=click.IntRange(min=1), help="Ray workers.")
 @click.option("--progress/--no-progress", default=True, show_default=True)
+@THREADS
 def generate(prompts, model_spec, device, method, window, seed, num_images, batch_size, cfg, temperature,
              top_k, top_p, options, out, size, stats_path, prompts_file, out_dir, chunk, use_ray, address,
-             workers, progress):
+             workers, progress, threads):
     """Generate images for PROMPTS and report how many forward passes it took."""
     from .models import load_pipeline
 
@@ -92,10 +100,11 @@ def generate(prompts, model_spec, device, method, window, seed, num_images, batc
                                                     top_p=top_p).items() if v is not None})
         if prompts_file or use_ray:
             return _generate_jobs(prompts, prompts_file, model_spec, device, num_images, seed, out_dir, chunk,
-                                  use_ray, address, workers, progress, gen_options)
+                                  use_ray, address, workers, progress, threads, gen_options)
         if not prompts:
             raise click.UsageError("give PROMPTS or --prompts FILE")
         pipe = load_pipeline(model_spec, device)
+        choose_threads(pipe.model, threads)
         if pipe.note:
             click.echo(f"model: {pipe.name} ({pipe.note})")
         texts = [p for p in prompts for _ in range(num_images)]
@@ -112,15 +121,16 @@ def generate(prompts, model_spec, device, method, window, seed, num_images, batc
     click.echo(f"method: {gen.method.name} ({kind}), window {window if gen.method.window is None else gen.method.window}")
     click.echo(f"NFE: {s.nfe} forward passes for {len(texts)} image(s); per image {per_seq:.1f} vs "
                f"{ar_nfe} for AR -> step compression {ar_nfe / per_seq:.2f}x")
-    click.echo(f"wall time: {s.wall_time:.2f} s (model forward {s.forward_time:.2f} s, "
-               f"other {s.overhead_time:.2f} s)")
+    split = "" if s.forward_time is None else \
+        f" (model forward {s.forward_time:.2f} s, other {s.overhead_time:.2f} s)"
+    click.echo(f"wall time: {s.wall_time:.2f} s{split}")
     if stats_path:
         stats_path.write_text(json.dumps({"method": gen.method.name, "ar_nfe": ar_nfe, **s.as_dict()}, indent=2))
     click.echo(f"wrote {out}")
 
 
 def _generate_jobs(prompts, prompts_file, model_spec, device, num_images, seed, out_dir, chunk, use_ray,
-                   address, workers, progress, gen_options):
+                   address, workers, progress, threads, gen_options):
     """One PNG and record per image in ``out_dir``, locally or on Ray; finished images are skipped."""
     import time
 
@@ -128,6 +138,8 @@ def _generate_jobs(prompts, prompts_file, model_spec, device, num_images, seed, 
 
     from .jobs import Outputs, plan, read_prompts, run_local
 
+    if use_ray and threads is not None:
+        raise click.UsageError("--threads sets this process's threads; Ray workers take cpu_count / --workers each")
     texts = read_prompts(prompts_file) if prompts_file else list(prompts)
     if not texts:
         raise click.UsageError("give PROMPTS or --prompts FILE")
@@ -148,6 +160,7 @@ def _generate_jobs(prompts, prompts_file, model_spec, device, num_images, seed, 
         from .models import load_pipeline
 
         pipe = load_pipeline(model_spec, device)
+        choose_threads(pipe.model, threads)
         if pipe.note:
             click.echo(f"model: {pipe.name} ({pipe.note})")
         run_local(pipe, jobs, outputs, gen_options.pop("batch_size"), chunk,
@@ -163,6 +176,8 @@ def _generate_jobs(prompts, prompts_file, model_spec, device, num_images, seed, 
 
 def _csv(kind):
     def parse(ctx, param, value):
+        if value is None:
+            return None
         try:
             return [v if v == "auto" else kind(v) for v in value.split(",") if v]
         except ValueError as e:
@@ -174,7 +189,8 @@ def _csv(kind):
 @click.option("--model", "model_spec", default="default", show_default=True)
 @click.option("--device", default=None, help="cpu, cuda, ... (default: cuda if available).")
 @click.option("--methods", "method_names", default="sjd,scd-mc,scd-gs,sjd-pac,sjd-vp,scd-mc+pac+vp",
-              show_default=True, callback=_csv(str), help="Comma-separated presets (ar is always run).")
+              show_default=True, callback=_csv(str),
+              help="Comma-separated presets (ar and the plain loop plain-ar always run).")
 @click.option("--window", "windows", default="16,32,64", show_default=True, callback=_csv(int),
               help="Comma-separated windows; 'auto' picks one per method from this device's costs.")
 @click.option("--prompts", "n_prompts", default=2, show_default=True, type=int,
@@ -184,12 +200,21 @@ def _csv(kind):
               help="Images per row for FID vs ar and vs held-out data (0: off; needs jacobigen[eval]).")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
               default=Path("bench-out"), show_default=True)
-def bench(model_spec, device, method_names, windows, n_prompts, n_seeds, n_fid, out_dir):
+@click.option("--threads", "thread_counts", default=None, callback=_csv(int),
+              help="Comma-separated torch CPU thread counts: the whole bench runs once per count, each in "
+                   "OUT/threads-N/ when there are several (default: one run, 1 thread for a model under 50M "
+                   "parameters on the CPU, else torch's default).")
+@click.option("--compile", "use_compile", is_flag=True,
+              help="Also run the bench with the model forward under torch.compile(dynamic=True), in "
+                   "OUT/threads-N-compiled/, compared against compiled ar and the compiled plain loop.")
+def bench(model_spec, device, method_names, windows, n_prompts, n_seeds, n_fid, out_dir, thread_counts, use_compile):
     """Compare methods on the same prompts and seeds; write bench.json and bench.md."""
-    from .bench import markdown, run_bench, run_fid, write_report
+    from .bench import run_fid, run_settings, write_reports
     from .models import load_pipeline
 
     try:
+        if thread_counts is not None and not all(isinstance(t, int) and t >= 1 for t in thread_counts or [0]):
+            raise click.BadParameter("thread counts must be >= 1", param_hint="--threads")
         pipe = load_pipeline(model_spec, device)
         if pipe.note:
             click.echo(f"model: {pipe.name} ({pipe.note})")
@@ -202,15 +227,18 @@ def bench(model_spec, device, method_names, windows, n_prompts, n_seeds, n_fid, 
             from .fid import network
 
             network()  # fail before the timing runs when the eval extra is missing
-        rows, extra = run_bench(pipe, method_names, windows, prompts, list(range(n_seeds)))
-        if n_fid:
+        results = run_settings(pipe, thread_counts or [None], use_compile, method_names, windows, prompts,
+                               list(range(n_seeds)))
+        if n_fid:  # image quality does not depend on threads or compilation: the first setting gets it
+            rows, extra = next(iter(results.values()))
             extra.update(run_fid(pipe, rows, n_fid))
     except JacobigenError as e:
         raise click.ClickException(str(e)) from e
-    write_report(rows, extra, out_dir, {"model": pipe.name, "prompts": prompts, "seeds": n_seeds,
-                                        "sampling": pipe.defaults})
-    click.echo(markdown(rows, extra.get("fid")))
-    click.echo(f"wrote {out_dir}/: bench.json, bench.md and plots")
+    text = write_reports(results, out_dir, {"model": pipe.name, "prompts": prompts, "seeds": n_seeds,
+                                            "sampling": pipe.defaults})
+    click.echo(text)
+    folders = "plots" if len(results) == 1 else f"a folder per setting ({', '.join(results)})"
+    click.echo(f"wrote {out_dir}/: bench.json, bench.md and {folders}")
 
 
 @main.command()
@@ -227,7 +255,8 @@ def bench(model_spec, device, method_names, windows, n_prompts, n_seeds, n_fid, 
               help="Runs per setting; the fastest is reported.")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
               default=Path("bench-out/throughput"), show_default=True)
-def throughput(model_spec, device, method_names, batch_sizes, n_images, window, repeats, out_dir):
+@THREADS
+def throughput(model_spec, device, method_names, batch_sizes, n_images, window, repeats, out_dir, threads):
     """Images/s and tokens/s against batch size; write throughput.json, .md and .png."""
     from .models import load_pipeline
     from .throughput import markdown, run_throughput, write_report
@@ -236,11 +265,12 @@ def throughput(model_spec, device, method_names, batch_sizes, n_images, window, 
         if any(b < 1 for b in batch_sizes):
             raise click.BadParameter("batch sizes must be >= 1", param_hint="--batch")
         pipe = load_pipeline(model_spec, device)
-        rows = run_throughput(pipe, method_names, batch_sizes, n_images, window, repeats)
+        choose_threads(pipe.model, threads)
+        rows, info = run_throughput(pipe, method_names, batch_sizes, n_images, window, repeats)
     except JacobigenError as e:
         raise click.ClickException(str(e)) from e
-    write_report(rows, out_dir, {"model": pipe.name, "sampling": pipe.defaults, "window": window})
-    click.echo(markdown(rows))
+    write_report(rows, info, out_dir, {"model": pipe.name, "sampling": pipe.defaults, "window": window})
+    click.echo(markdown(rows, info))
     click.echo(f"wrote {out_dir}/: throughput.json, throughput.md, throughput.png")
 
 

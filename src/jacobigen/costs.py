@@ -54,12 +54,12 @@ def interpolate(curve: dict[int, float], size: int) -> float:
 
 def block_size(parts, layout) -> int:
     """Tokens in one forward of a method's window: tree nodes included, and for PJD one segment
-    (anchor + drafts) per row in flight (at most; rows near the end of the image draft less)."""
-    tree = parts.tree
-    w = parts.window - 1
+    per row in flight (at most; rows near the end of the image draft less)."""
+    tree, w = parts.tree, parts.window - 1
+    size = WindowShape(w, min(tree.depth, w) if tree else 0, tree.width if tree else 1).size
     if parts.layout2d is not None:
-        return parts.layout2d.segments(layout.rows, layout.cols) * (w + 1)
-    return WindowShape(w, min(tree.depth, w) if tree else 0, tree.width if tree else 1).size
+        return parts.layout2d.segments(layout.rows, layout.cols) * size
+    return size
 
 
 def predicted_seconds_per_image(nfe: float, block: int, curve: dict[int, float]) -> float:

@@ -14,6 +14,12 @@ class Draws:
     seeds: torch.Tensor       # [B] one seed per sequence
     iteration: torch.Tensor   # [B] iterations this sequence has run
 
+    def repeat(self, n: int) -> "Draws":
+        """The same sequences' draws for n chains per sequence (rows b*n .. b*n + n-1)."""
+        if n == 1:
+            return self
+        return Draws(self.seeds.repeat_interleave(n), self.iteration.repeat_interleave(n))
+
     def uniform(self, positions: torch.Tensor, stream: int, *extra: int) -> torch.Tensor:
         """Uniforms shaped like ``positions`` [B, ...], independent across streams and extras."""
         shape = (-1,) + (1,) * (positions.dim() - 1)

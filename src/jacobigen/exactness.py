@@ -18,7 +18,7 @@ from .api import make_decoder
 from .jacobi import Parts
 from .layout import ImageLayout
 from .model import Transformer, TransformerConfig
-from .sampling import SamplingConfig, target_probs
+from .sampling import SamplingConfig, TargetPipeline
 
 PROMPT, UNCOND = [5, 6], [7]
 
@@ -61,7 +61,8 @@ def exact_distribution(model, lay: ImageLayout, sampling: SamplingConfig, prompt
             inp = torch.cat([torch.tensor(pre).repeat(len(seqs), 1), seqs[:, :-1]], 1)
             logits.append(model(inp)[:, len(pre) - 1:])
     stacked = torch.stack(logits, 1).flatten(0, 1)          # rows interleaved per sequence
-    p = target_probs(stacked, sampling, lay.allowed(model.vocab_size), forced.expand(len(seqs), -1))
+    positions = torch.arange(lay.length).expand(len(seqs), -1)
+    p = TargetPipeline(sampling, lay, model.vocab_size)(stacked, positions)
     logp = p.double().gather(-1, seqs[..., None]).squeeze(-1).log().sum(-1)
     return Exact(seqs, logp.exp().numpy())
 

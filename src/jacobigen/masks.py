@@ -37,3 +37,23 @@ def prefix_structure(lengths: torch.Tensor, t: int) -> torch.Tensor:
     real = idx[None, :] < lengths[:, None]
     struct = causal(t, lengths.device)[None] & real[:, None, :]
     return struct | torch.eye(t, dtype=torch.bool, device=lengths.device)
+
+
+class BandMask:
+    """:func:`block_mask` for a fixed block structure, as one gather per forward.
+
+    Row r's mask is a window of one precomputed band: visible before the row's length, the block
+    structure right after it, nothing beyond. ``band[x]`` is the mask of a row whose length is
+    ``capacity - x``, so a forward costs one index into a [capacity + T + 1, T, capacity] view.
+    """
+
+    def __init__(self, structure: torch.Tensor, capacity: int):
+        t, dev = structure.shape[-1], structure.device
+        band = torch.full((t, 2 * capacity + t), float("-inf"), device=dev)
+        band[:, :capacity] = 0.0
+        band[:, capacity:capacity + t] = torch.where(structure, 0.0, float("-inf"))
+        self.capacity = capacity
+        self.windows = band.unfold(1, capacity, 1).permute(1, 0, 2)
+
+    def __call__(self, lengths: torch.Tensor) -> torch.Tensor:
+        return self.windows[self.capacity - lengths][:, None]

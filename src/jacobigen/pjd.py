@@ -31,18 +31,17 @@ Lossy for ``c < C``: lower rows condition on an incomplete row above.
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import dataclass
 
 import torch
-from tqdm.auto import tqdm
 
 from .drafters import Slots
-from .draws import Draws
+from .engine import Block, Flight, Segments
 from .errors import ConfigError
-from .jacobi import JacobiDecoder
+from .masks import block_mask
 from .rng import Stream
-from .stats import DecodeStats
+from .tree import WindowShape
+from .verifiers import Window
 
 
 @dataclass(frozen=True)
@@ -106,11 +105,12 @@ class Memory:
     q: torch.Tensor           # [B, A, W, V] their draft distributions
 
 
-def row_causal_mask(anchor_pos, shared, node_ok, slot_pos):
+def row_causal_mask(anchor_pos, shared, node_ok, slot_pos, within: torch.Tensor | None = None):
     """The row-causal attention of one block, per cache row.
 
-    anchor_pos, shared [R, A]; node_ok [R, A, T1] (segment a's nodes 0..w_a); slot_pos [R, C]
-    raster position of each committed cache slot (-1 for the prompt). Returns the block structure
+    anchor_pos, shared [R, A]; node_ok [R, A, T1] (segment a's nodes); slot_pos [R, C] raster
+    position of each committed cache slot (-1 for the prompt); ``within`` [T1, T1]: which nodes of
+    a segment see which (its tree-causal structure; default causal). Returns the block structure
     [R, N, N] and the visible cache slots [R, N, C] (N = A * T1) for :func:`masks.block_mask`.
     """
     r, a, t1 = node_ok.shape
@@ -119,7 +119,8 @@ def row_causal_mask(anchor_pos, shared, node_ok, slot_pos):
     idx = torch.arange(t1, device=dev).repeat(a)
     ok = node_ok.reshape(r, a * t1)
     apos = anchor_pos.repeat_interleave(t1, 1)
-    own = (seg[:, None] == seg[None, :]) & (idx[None, :] <= idx[:, None])
+    sees = (idx[None, :] <= idx[:, None]) if within is None else within[idx][:, idx]
+    own = (seg[:, None] == seg[None, :]) & sees
     own = own[None] & ok[:, :, None] & ok[:, None, :]
     tail = (idx == 0)[None] & shared.repeat_interleave(t1, 1) & ok
     lower = apos[:, None, :] < apos[:, :, None]
@@ -129,18 +130,17 @@ def row_causal_mask(anchor_pos, shared, node_ok, slot_pos):
     return structure, cached
 
 
-class PJDDecoder(JacobiDecoder):
-    """Row-parallel Jacobi decoding of B sequences; shares the model access, targets, prior and
-    prefill with :class:`JacobiDecoder`."""
+class Rows:
+    """PJD's row-parallel schedule: one segment ``[anchor, drafts]`` per row in flight (headed by the
+    proactive tree when the method has one); the top row is verified exactly, lower rows keep their
+    accepted prefix."""
 
-    def __init__(self, model, layout, sampling, parts):
-        super().__init__(model, layout, sampling, parts)
-        if parts.tree is not None:
-            raise ConfigError("PJD drafts one chain per row; it does not take a proactive tree")
-        plan = parts.layout2d or RowParallel()
-        dev, rows, rl = self.device, layout.rows, layout.row_length
+    def __init__(self, layout, window: int, tree, plan: RowParallel, targets, device):
+        dev, rows, rl = device, layout.rows, layout.row_length
+        self.layout, self.targets, self.device, self.tree = layout, targets, device, tree
+        self.wd = window - 1
         self.context = plan.context_for(layout.cols)
-        self.segments = plan.segments(rows, layout.cols)
+        self.segments_max = plan.segments(rows, layout.cols)
         self.row_start = torch.arange(rows, device=dev) * rl
         self.row_len = torch.full((rows,), rl, device=dev)
         self.row_len[-1] += layout.end_id is not None
@@ -150,6 +150,60 @@ class PJDDecoder(JacobiDecoder):
         need[0] = 0
         self.need = need
         self.row_of = (torch.arange(layout.length, device=dev) // rl).clamp(max=rows - 1)
+        self.shapes: dict[int, WindowShape] = {}
+
+    def shape(self, w: int) -> WindowShape:
+        """The chain (and tree) of one segment with w drafts."""
+        if w not in self.shapes:
+            t = self.tree
+            self.shapes[w] = WindowShape(w, min(t.depth, w) if t else 0, t.width if t else 1)
+        return self.shapes[w]
+
+    @property
+    def board_width(self) -> int:
+        return self.layout.length + 1
+
+    @property
+    def slot_count(self) -> int:
+        return self.segments_max * self.wd
+
+    @property
+    def block_slack(self) -> int:
+        return self.segments_max * self.shape(self.wd).size
+
+    def start(self, rows: int, vocab: int, cache) -> None:
+        dev, a, nrows = self.device, self.segments_max, self.layout.rows
+        self.cnt = self.row_len.repeat(rows, 1)                 # free rows count as complete
+        self.uncached = torch.zeros(rows, nrows, dtype=torch.bool, device=dev)
+        self.slot_pos = torch.full((cache.rows, cache.capacity), self.layout.length, device=dev)
+        zeros = torch.zeros(rows, a, dtype=torch.int64, device=dev)
+        self.memory = Memory(zeros[:, 0], zeros.bool(), zeros, zeros - 1, torch.zeros(rows, 1, 1, vocab, device=dev),
+                             torch.zeros(rows, a, self.wd, dtype=torch.int64, device=dev),
+                             torch.zeros(rows, a, self.wd, vocab, device=dev))
+
+    def admit(self, fl: Flight, fresh: torch.Tensor, first: torch.Tensor, cache) -> None:
+        rows = fresh.nonzero().flatten()
+        guess = self._initial_guess(fl.draws)
+        guess[:, 0] = 0
+        fl.board[rows] = guess[rows]
+        fl.board[rows, 0] = first
+        self.cnt[rows] = 0
+        self.cnt[rows, 0] = 1
+        self.uncached[rows] = False
+        self.uncached[rows, 0] = True
+        group = cache.rows // fresh.shape[0]
+        mrows = (rows[:, None] * group + torch.arange(group, device=self.device)).flatten()
+        slots = torch.arange(cache.capacity, device=self.device)
+        self.slot_pos[mrows] = torch.where(slots[None] < cache.lengths[mrows, None], -1, self.layout.length)
+        self.memory.window[rows] = False
+
+    def select(self, rows: torch.Tensor) -> None:
+        group = self.slot_pos.shape[0] // self.cnt.shape[0]
+        mrows = (rows[:, None] * group + torch.arange(group, device=self.device)).flatten()
+        self.cnt, self.uncached, self.slot_pos = self.cnt[rows], self.uncached[rows], self.slot_pos[mrows]
+        m = self.memory
+        self.memory = Memory(m.base[rows], m.window[rows], m.cnt[rows], m.w[rows], m.p[rows], m.tokens[rows],
+                             m.q[rows])
 
     # --- which rows are in flight ---------------------------------------------------------------
 
@@ -162,7 +216,7 @@ class PJDDecoder(JacobiDecoder):
         # a row completed last iteration while the row below was under way: cache its tail first
         pending = (live & (top > 0) & uncached[seqs, (top - 1).clamp(min=0)]
                    & (cnt[seqs, top.clamp(max=nrows - 1)] > 0))
-        rows = (top - pending.long())[:, None] + torch.arange(self.segments, device=self.device)
+        rows = (top - pending.long())[:, None] + torch.arange(self.segments_max, device=self.device)
         valid = live[:, None] & (rows < nrows)
         rows = rows.clamp(max=nrows - 1)
         c = cnt.gather(1, rows)
@@ -172,7 +226,7 @@ class PJDDecoder(JacobiDecoder):
         pend = valid & (rows < top[:, None])
         window &= (window | pend).long().cumprod(1).bool()          # rows in flight are consecutive
         cap = torch.where(rows > top[:, None], up - c, rlen)
-        w = torch.minimum(rlen - c - 1, cap).clamp(0, self.parts.window - 1)
+        w = torch.minimum(rlen - c - 1, cap).clamp(0, self.wd)
         w = torch.where(window, w, 0)
         is_top = window & (rows == top[:, None])
         apos = self.row_start[rows] + c - 1
@@ -182,102 +236,114 @@ class PJDDecoder(JacobiDecoder):
         in_block = pend | is_top | (window & ((w > 0) | tail))
         return Plan(rows, c, window, in_block, is_top, w, apos, in_block & tail, top, live)
 
-    # --- the loop -----------------------------------------------------------------------------
+    # --- the step's parts -------------------------------------------------------------------------
 
-    def run(self, prefixes: list[list[int]], seeds: list[int], progress: bool = False,
-            batch_size: int | None = None):
-        """As :meth:`JacobiDecoder.run`, except that rows are not refilled: with ``batch_size``
-        the sequences are decoded in batches, one batch after another."""
-        b = len(seeds)
-        if not batch_size or batch_size >= b:
-            return self._run(prefixes, seeds, progress)
-        group = len(prefixes) // b
-        runs = [self._run(prefixes[i * group:(i + batch_size) * group], seeds[i:i + batch_size], progress)
-                for i in range(0, b, batch_size)]
-        return torch.cat([t for t, _ in runs]), DecodeStats.concat([s for _, s in runs])
+    def slots(self, fl: Flight) -> Slots:
+        """Plan the iteration (the one host read: how many segments and drafts the block needs),
+        then each row's window slots. A slot's belief is the newest target for its position from
+        the last forward, else the layout prior; an earlier draft with no newer target stays as it
+        was (its q still holds)."""
+        plan = self.now = self.plan(self.cnt, self.uncached)
+        a = plan.rows.shape[1]
+        self.a_t, self.w_t = torch.stack([(plan.in_block * torch.arange(1, a + 1, device=self.device)).max(),
+                                          plan.w.max()]).tolist()
+        b, wd, length = plan.rows.shape[0], self.wd, self.layout.length
+        i = torch.arange(wd, device=self.device)
+        pos = self.row_start[plan.rows][..., None] + plan.cnt[..., None] + i
+        inside = plan.window[..., None] & (plan.cnt[..., None] + i < self.row_len[plan.rows][..., None])
+        pos = torch.where(inside, pos, 0)
+        mem = self.memory
+        sb = torch.arange(b, device=self.device)[:, None, None]
+        a_prev, a_p = mem.window.shape[1], mem.p.shape[1]
+        rel = plan.rows - mem.base[:, None]
+        rel_c = rel.clamp(0, a_prev - 1)
+        match = plan.window & (rel >= 0) & (rel < a_prev) & mem.window.gather(1, rel_c)
+        j = (plan.cnt - mem.cnt.gather(1, rel_c))[..., None] + i
+        has_belief = match[..., None] & (j <= mem.w.gather(1, rel_c)[..., None]) & inside
+        fresh = mem.p[sb, rel_c.clamp(max=a_p - 1)[..., None], j.clamp(0, mem.p.shape[2] - 1)]
+        belief = torch.where(has_belief[..., None], fresh, self.targets.prior(pos))
+        has_old = match[..., None] & (j < wd) & inside
+        jo = j.clamp(0, max(wd - 1, 0))
+        old_tokens = mem.tokens[sb, rel_c[..., None], jo]
+        old_q = mem.q[sb, rel_c[..., None], jo]
+        self.inside = inside
+        return Slots(pos.flatten(1), belief.flatten(1, 2), has_belief.flatten(1), old_tokens.flatten(1),
+                     old_q.flatten(1, 2), has_old.flatten(1))
 
-    def _run(self, prefixes: list[list[int]], seeds: list[int], progress: bool):
-        t_start = time.perf_counter()
-        b, length, nrows = len(seeds), self.layout.length, self.layout.rows
-        a_max, wd = self.segments, self.parts.window - 1
-        group, prefixes, base, cache, draws, stats = self._start(prefixes, seeds, a_max * (wd + 1), a_max * wd)
-        bar = tqdm(total=b * length, disable=not progress, unit="tok", desc="decoding")
-        seqs = torch.arange(b, device=self.device)
+    def segments(self, fl: Flight, slots: Slots, tokens: torch.Tensor, q: torch.Tensor) -> Segments:
+        b, a = self.now.rows.shape
+        wd, v = self.wd, q.shape[-1]
+        stay = slots.has_old & ~slots.has_belief
+        tokens = torch.where(stay, slots.old_tokens, tokens).view(b, a, wd)
+        q = torch.where(stay[..., None], slots.old_q, q).view(b, a, wd, v)
+        fl.board.scatter_(1, torch.where(self.inside.flatten(1), slots.positions, self.layout.length),
+                          tokens.flatten(1))
+        self.drafts, self.q = tokens, q
+        a_t, w_t = self.a_t, self.w_t
+        d, qd = tokens[:, :a_t, :w_t].flatten(0, 1), q[:, :a_t, :w_t].flatten(0, 1)
+        apos = self.now.anchor_pos[:, :a_t]
+        positions = (apos[..., None] + 1 + torch.arange(w_t, device=self.device)).flatten(0, 1)
+        none = torch.zeros(b * a_t, 0, 1, dtype=torch.int64, device=self.device)
+        return Segments(Window(d, qd, none, none.bool()), self.shape(w_t), positions, per_row=a_t)
 
-        board = self._initial_guess(draws)       # committed tokens; elsewhere the newest guess
-        board[:, 0] = self._prefill(prefixes, base, cache, draws)
-        slots = torch.arange(cache.capacity, device=self.device)
-        slot_pos = torch.where(slots[None] < cache.lengths[:, None], -1, length)
-        cnt = torch.zeros(b, nrows, dtype=torch.int64, device=self.device)
-        cnt[:, 0] = 1
-        uncached = torch.zeros(b, nrows, dtype=torch.bool, device=self.device)
-        uncached[:, 0] = True
-        stats.admit(list(range(b)))
-        bar.update(b)
-        memory = None
+    def block(self, fl: Flight, seg: Segments, cache) -> Block:
+        plan, a_t, w_t, shape = self.now, self.a_t, self.w_t, seg.shape
+        b = plan.rows.shape[0]
+        group = cache.rows // b
+        apos, w, shared = plan.anchor_pos[:, :a_t], plan.w[:, :a_t], plan.shared[:, :a_t]
+        depth = shape.node_depth().to(self.device)
+        node_ok = plan.in_block[:, :a_t, None] & (depth <= w[..., None])
+        node_pos = torch.where(node_ok, apos[..., None] + depth, 0)
+        anchors = fl.board.gather(1, apos.clamp(min=0)).flatten()
+        tokens = shape.block_tokens(anchors, seg.window.tokens, seg.window.cand).view(b, -1)
 
         def rep(x):
             return x.repeat_interleave(group, 0)
+        structure, visible = row_causal_mask(rep(apos), rep(shared), rep(node_ok), self.slot_pos,
+                                             shape.structure(self.device))
+        self.node_ok = node_ok
+        depth_pos = apos[..., None] + 1 + torch.arange(w_t + 1, device=self.device)
+        return Block(tokens, node_pos.flatten(1), block_mask(cache.lengths, cache.capacity, structure, visible),
+                     w.flatten(), depth_pos.flatten(0, 1))
 
-        while True:
-            plan = self.plan(cnt, uncached)
-            if not bool(plan.live.any()):
-                break
-            draws = Draws(draws.seeds, draws.iteration + plan.live)
-            drafts, q = self._windows(plan, memory, draws, board)
+    def commit(self, fl: Flight, seg: Segments, block: Block, p, k, nxt, path, cache) -> torch.Tensor:
+        plan, a_t, w_t, length = self.now, self.a_t, self.w_t, self.layout.length
+        b, size = plan.rows.shape[0], seg.shape.size
+        group = cache.rows // b
+        k, nxt, path = k.view(b, a_t), nxt.view(b, a_t), path.view(b, a_t, w_t + 1)
+        step = k + plan.is_top[:, :a_t].long()
 
-            # the block: segments 0..At-1, nodes 0..Wt each (anchor, drafts)
-            a_t = int((plan.in_block * torch.arange(1, a_max + 1, device=self.device)).max())
-            w_t = int(plan.w[:, :a_t].max())
-            t = torch.arange(w_t + 1, device=self.device)
-            apos, w, shared = plan.anchor_pos[:, :a_t], plan.w[:, :a_t], plan.shared[:, :a_t]
-            node_ok = plan.in_block[:, :a_t, None] & (t <= w[..., None])
-            node_pos = torch.where(node_ok, apos[..., None] + t, 0)
-            d, qd = drafts[:, :a_t, :w_t], q[:, :a_t, :w_t]
-            block = torch.cat([board.gather(1, apos.clamp(min=0))[..., None], d], -1)
-            structure, visible = row_causal_mask(rep(apos), rep(shared), rep(node_ok), slot_pos)
-            logits = self._forward(rep(block.flatten(1)), base[:, None] + rep(node_pos.flatten(1)),
-                                   structure, cache, visible)
-            p = self._targets(logits, (node_pos + 1).flatten(1)).view(b, a_t, w_t + 1, -1)
+        # tokens onto the board: the accepted path, then the top row's sampled token
+        t = torch.arange(w_t + 1, device=self.device)
+        values = block.tokens.view(b, a_t, size).gather(2, path[..., 1:])
+        values = torch.cat([values, torch.zeros_like(k)[..., None]], -1)
+        values = torch.where(t == k[..., None], nxt[..., None], values)
+        depth_pos = block.depth_pos.view(b, a_t, w_t + 1)
+        fl.board.scatter_(1, torch.where(t < step[..., None], depth_pos, length).flatten(1), values.flatten(1))
 
-            # verify every row's chain; the top row also draws its next token
-            ok = self.parts.verifier.accept(p[:, :, :w_t], qd, d, draws.uniform(node_pos[..., 1:], Stream.ACCEPT))
-            k = (ok & node_ok[..., 1:]).long().cumprod(-1).sum(-1)
-            is_top = plan.is_top[:, :a_t]
-            ta = is_top.long().argmax(1)
-            kt, target = k[seqs, ta], p[seqs, ta, k[seqs, ta]]
-            if w_t:
-                at = kt.clamp(max=w_t - 1)
-                res = self.parts.verifier.residual(target, qd[seqs, ta, at], d[seqs, ta, at])
-                target = torch.where((kt < w[seqs, ta])[:, None], res, target)
-            nxt = draws.sample(target, apos[seqs, ta] + 1 + kt, Stream.SAMPLE)
-            step = k + is_top.long()
+        # kept K/V (with their raster positions): a shared anchor tail, then the accepted path
+        keep = torch.zeros(b, a_t, size, dtype=torch.bool, device=self.device)
+        keep.scatter_(2, path[..., 1:], t[1:] <= k[..., None])
+        keep[..., 0] = plan.shared[:, :a_t] & self.node_ok[..., 0]
+        keep_idx, counts = _kept(keep.flatten(1))
+        dst = cache.lengths[:, None] + torch.arange(keep_idx.shape[1], device=self.device)
+        self.slot_pos.scatter_(1, dst, block.node_pos.gather(1, keep_idx).repeat_interleave(group, 0))
+        cache.commit(keep_idx.repeat_interleave(group, 0), counts.repeat_interleave(group))
 
-            # commit: tokens onto the board, kept K/V into the cache (with their raster positions)
-            values = torch.cat([d, torch.zeros_like(k)[..., None]], -1)
-            values = torch.where(t == k[..., None], nxt[:, None, None], values)
-            board.scatter_(1, torch.where(t < step[..., None], node_pos + 1, length).flatten(1), values.flatten(1))
-            keep = node_ok & (((t == 0) & shared[..., None]) | ((t >= 1) & (t <= k[..., None])))
-            keep_idx, counts = _kept(keep.flatten(1))
-            dst = cache.lengths[:, None] + torch.arange(keep_idx.shape[1], device=self.device)
-            slot_pos.scatter_(1, dst, rep(node_pos.flatten(1).gather(1, keep_idx)))
-            cache.commit(rep(keep_idx), rep(counts))
-            kept_tails = torch.zeros(b, nrows, dtype=torch.int64, device=self.device)
-            kept_tails.scatter_add_(1, self.row_of[apos.clamp(min=0)], shared.long())
-            uncached &= kept_tails == 0
-            uncached[seqs[plan.live], plan.top[plan.live]] = True
-            cnt.scatter_add_(1, plan.rows[:, :a_t], step)
-            done = step.sum(1)
-            stats.record(seqs, done, plan.live)
-            bar.update(int(done.sum()))
-            memory = Memory(plan.rows[:, 0], plan.window, plan.cnt, torch.where(plan.in_block, plan.w, -1),
-                            p, drafts, q)
+        apos = plan.anchor_pos[:, :a_t]
+        kept_tails = torch.zeros_like(self.cnt)
+        kept_tails.scatter_add_(1, self.row_of[apos.clamp(min=0)], plan.shared[:, :a_t].long())
+        top = torch.nn.functional.one_hot(plan.top.clamp(max=self.layout.rows - 1), self.layout.rows).bool()
+        self.uncached = (self.uncached & (kept_tails == 0)) | (top & plan.live[:, None])
+        self.cnt = self.cnt.scatter_add(1, plan.rows[:, :a_t], step)
+        p_seg = p.view(b, a_t, size, -1)
+        if seg.shape.tree:
+            p_seg = p_seg[:, :, seg.shape.spine().to(self.device)]
+        self.memory = Memory(plan.rows[:, 0], plan.window, plan.cnt, torch.where(plan.in_block, plan.w, -1),
+                             p_seg, self.drafts, self.q)
+        return step.sum(1)
 
-        bar.close()
-        stats.finish(nfe=self.nfe, wall=time.perf_counter() - t_start, forward=self.forward_time)
-        return board[:, :length], stats
-
-    def _initial_guess(self, draws: Draws) -> torch.Tensor:
+    def _initial_guess(self, draws) -> torch.Tensor:
         """[B, length + 1]: a prior draw per cell, the forced token where forced; the last column
         is scratch space for writes that land nowhere."""
         b, length = draws.seeds.shape[0], self.layout.length
@@ -285,50 +351,8 @@ class PJDDecoder(JacobiDecoder):
         pos = torch.arange(length, device=self.device).expand(b, -1)
         u = draws.uniform(pos, Stream.DRAFT).to(self.device)
         guess = lo + (u * (hi - lo)).long().clamp(max=hi - lo - 1)
-        guess = torch.where(self.forced >= 0, self.forced, guess)
+        guess = torch.where(self.targets.forced >= 0, self.targets.forced, guess)
         return torch.cat([guess, torch.zeros_like(guess[:, :1])], 1)
-
-    def _windows(self, plan: Plan, memory: Memory | None, draws: Draws, board: torch.Tensor):
-        """Drafts [B, A, W] and their q [B, A, W, V] for every row in flight. A slot's belief is the
-        newest target for its position from the last forward, else the layout prior; an earlier
-        draft with no newer target stays as it was (its q still holds)."""
-        b, a = plan.rows.shape
-        wd, v, length = self.parts.window - 1, self.allowed.numel(), self.layout.length
-        if wd == 0:
-            return (torch.zeros(b, a, 0, dtype=torch.int64, device=self.device),
-                    torch.zeros(b, a, 0, v, device=self.device))
-        i = torch.arange(wd, device=self.device)
-        pos = self.row_start[plan.rows][..., None] + plan.cnt[..., None] + i
-        inside = plan.window[..., None] & (plan.cnt[..., None] + i < self.row_len[plan.rows][..., None])
-        pos = torch.where(inside, pos, 0)
-        belief = self.prior(pos)
-        has_belief = torch.zeros_like(inside)
-        has_old = torch.zeros_like(inside)
-        old_tokens = torch.zeros_like(pos)
-        old_q = torch.zeros_like(belief)
-        if memory is not None:
-            sb = torch.arange(b, device=self.device)[:, None, None]
-            a_prev, a_p = memory.window.shape[1], memory.p.shape[1]
-            rel = plan.rows - memory.base[:, None]
-            rel_c = rel.clamp(0, a_prev - 1)
-            match = plan.window & (rel >= 0) & (rel < a_prev) & memory.window.gather(1, rel_c)
-            j = (plan.cnt - memory.cnt.gather(1, rel_c))[..., None] + i
-            has_belief = match[..., None] & (j <= memory.w.gather(1, rel_c)[..., None]) & inside
-            fresh = memory.p[sb, rel_c.clamp(max=a_p - 1)[..., None], j.clamp(0, memory.p.shape[2] - 1)]
-            belief = torch.where(has_belief[..., None], fresh, belief)
-            has_old = match[..., None] & (j < wd) & inside
-            jo = j.clamp(0, wd - 1)
-            old_tokens = memory.tokens[sb, rel_c[..., None], jo]
-            old_q = memory.q[sb, rel_c[..., None], jo]
-        flat = Slots(pos.flatten(1), belief.flatten(1, 2), has_belief.flatten(1), old_tokens.flatten(1),
-                     old_q.flatten(1, 2), has_old.flatten(1))
-        tokens, q = self.parts.drafter.draft(flat, draws)
-        tokens, q = tokens.view(b, a, wd), q.view(b, a, wd, v)
-        stay = has_old & ~has_belief
-        tokens = torch.where(stay, old_tokens, tokens)
-        q = torch.where(stay[..., None], old_q, q)
-        board.scatter_(1, torch.where(inside, pos, length).flatten(1), tokens.flatten(1))
-        return tokens, q
 
 
 def _kept(keep: torch.Tensor):

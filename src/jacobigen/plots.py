@@ -35,18 +35,21 @@ def plot_fid_vs_speed(panels: dict[str, list[tuple[str, float, float, bool]]], n
 
 
 def plot_bench(rows, cost_curve: dict | None, out_dir: Path, fid: dict | None = None) -> None:
-    fixed = [r for r in rows if not r.auto and r.method != "ar"]
+    fixed = [r for r in rows if not r.auto and not r.baseline]
     methods = list(dict.fromkeys(r.method for r in fixed))
     windows = sorted({r.window for r in fixed})
 
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4))
+    panels = [("step_compression", "step compression (ar's NFE / NFE)"),
+              ("latency_speedup", "latency speedup vs faster of ar, plain-ar"),
+              ("cpu_speedup", "CPU-time speedup vs faster of ar, plain-ar")]
+    fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 4))
     width = 0.8 / max(len(windows), 1)
     for i, w in enumerate(windows):
         sel = {r.method: r for r in fixed if r.window == w}
         xs = [j + i * width for j in range(len(methods))]
-        axes[0].bar(xs, [sel[m].step_compression if m in sel else 0 for m in methods], width, label=f"window {w}")
-        axes[1].bar(xs, [sel[m].latency_speedup if m in sel else 0 for m in methods], width, label=f"window {w}")
-    for ax, title in zip(axes, ["step compression vs ar", "latency speedup vs ar"]):
+        for ax, (attr, _) in zip(axes, panels):
+            ax.bar(xs, [getattr(sel[m], attr) if m in sel else 0 for m in methods], width, label=f"window {w}")
+    for ax, (_, title) in zip(axes, panels):
         ax.set_xticks([j + 0.4 - width / 2 for j in range(len(methods))], methods, rotation=45, ha="right")
         ax.axhline(1, color="grey", lw=0.8)
         ax.set_title(title)
@@ -93,9 +96,10 @@ def plot_bench(rows, cost_curve: dict | None, out_dir: Path, fid: dict | None = 
         plt.close(fig)
 
     if fid:
-        panels = {f"{attr.replace('_', ' ')} vs ar": [
-            (f"{r.method} {'auto ' if r.auto else ''}{r.window}", getattr(r, attr), r.fid_vs_ar, r.lossless)
-            for r in rows if r.method != "ar"] for attr in ["latency_speedup", "step_compression"]}
+        panels = {label: [(f"{r.method} {'auto ' if r.auto else ''}{r.window}", getattr(r, attr), r.fid_vs_ar,
+                           r.lossless) for r in rows if not r.baseline]
+                  for attr, label in [("latency_speedup", "latency speedup vs baseline"),
+                                      ("step_compression", "step compression vs ar")]}
         plot_fid_vs_speed(panels, fid["ar_vs_ar"], f"FID vs ar over {fid['images']} images per row",
                           out_dir / "fid_vs_speed.png")
 

@@ -5,11 +5,14 @@ stream)``, so a sequence gets the same tokens whether it runs alone or in a batc
 sharing can reuse one position's noise across iterations without storing an [L, V] table.
 
 The hash is a 32-bit integer finaliser (``lowbias32``) chained over the keys, evaluated in int64
-with multiplications split so that no intermediate overflows.
+(products wrap mod 2**64; only their low 32 bits are kept).
 """
 
 from __future__ import annotations
 
+import math
+
+import numpy as np
 import torch
 
 _MASK32 = 0xFFFFFFFF
@@ -27,10 +30,8 @@ class Stream:
 
 
 def _mul32(x: torch.Tensor, c: int) -> torch.Tensor:
-    # (x * c) mod 2**32 with products kept below 2**48.
-    lo = x & 0xFFFF
-    hi = x >> 16
-    return ((hi * c & 0xFFFF) << 16) + lo * c & _MASK32
+    # (x * c) mod 2**32: the int64 product wraps mod 2**64, whose low 32 bits are exact.
+    return x * c & _MASK32
 
 
 def _mix(x: torch.Tensor) -> torch.Tensor:
@@ -43,16 +44,61 @@ def _mix(x: torch.Tensor) -> torch.Tensor:
 
 def hash_keys(*keys: torch.Tensor | int) -> torch.Tensor:
     """Broadcast the keys together and hash them into uint32 values held in int64."""
-    h = torch.as_tensor(0x9E3779B9, dtype=torch.int64)
-    for k in keys:
+    return torch.from_numpy(_hash_numpy(keys).view(np.int64)) if _small(keys) else _hash_torch(keys)
+
+
+def uniform(*keys: torch.Tensor | int) -> torch.Tensor:
+    """Float64 uniforms strictly inside (0, 1), one per broadcast key."""
+    if _small(keys):
+        return torch.from_numpy((_hash_numpy(keys) + 0.5) / 2.0**32)
+    return (_hash_torch(keys).to(torch.float64) + 0.5) / 2.0**32
+
+
+# An iteration draws a few small sets of uniforms (one per draft, per row): on a CPU each torch op
+# costs microseconds of dispatch, so while the broadcast keys stay below this size the hash runs
+# in NumPy (uint64 arithmetic wraps like the int64 path: the same values, tested). A large draw
+# (noise over the vocabulary) hashes its small leading keys there, then its last keys in torch.
+_SMALL = 4096
+
+
+def _on_cpu(keys) -> bool:
+    return all(k.device.type == "cpu" for k in keys if torch.is_tensor(k))
+
+
+def _size(keys) -> int:
+    return math.prod(np.broadcast_shapes(*[tuple(k.shape) for k in keys if torch.is_tensor(k)]))
+
+
+def _small(keys) -> bool:
+    return _on_cpu(keys) and _size(keys) <= _SMALL
+
+
+def _hash_torch(keys) -> torch.Tensor:
+    cut = 0
+    if _on_cpu(keys):
+        while cut < len(keys) and _size(keys[:cut + 1]) <= _SMALL:
+            cut += 1
+    h = torch.from_numpy(_hash_numpy(keys[:cut]).view(np.int64)) if cut else torch.as_tensor(
+        0x9E3779B9, dtype=torch.int64)
+    for k in keys[cut:]:
         k = torch.as_tensor(k, dtype=torch.int64)
         h = _mix((h ^ (k & _MASK32)) + 0x632BE5AB & _MASK32)
     return h
 
 
-def uniform(*keys: torch.Tensor | int) -> torch.Tensor:
-    """Float64 uniforms strictly inside (0, 1), one per broadcast key."""
-    return (hash_keys(*keys).to(torch.float64) + 0.5) / 2.0**32
+def _hash_numpy(keys) -> np.ndarray:
+    m = np.uint64(_MASK32)
+    h = np.array(0x9E3779B9, dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        for k in keys:
+            k = k.numpy().view(np.uint64) if torch.is_tensor(k) else np.uint64(k & _MASK32)
+            h = (h ^ (k & m)) + np.uint64(0x632BE5AB) & m
+            h = h ^ (h >> np.uint64(16))
+            h = h * np.uint64(0x7FEB352D) & m
+            h = h ^ (h >> np.uint64(15))
+            h = h * np.uint64(0x846CA68B) & m
+            h = h ^ (h >> np.uint64(16))
+    return np.asarray(h)
 
 
 def gumbel(*keys: torch.Tensor | int) -> torch.Tensor:
@@ -62,10 +108,10 @@ def gumbel(*keys: torch.Tensor | int) -> torch.Tensor:
 def categorical(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     """Inverse-CDF sample of each row of ``probs`` [..., V] with uniforms ``u`` [...].
 
-    Zero-probability ids are never returned, also when rounding pushes ``u`` past the last bin.
+    Zero-probability ids are never returned: the target stays strictly below the total mass, also
+    when rounding would push ``u * total`` onto it, so the first bin above it has mass.
     """
     cdf = probs.to(torch.float64).cumsum(-1)
-    target = (u * cdf[..., -1]).unsqueeze(-1)
-    idx = torch.searchsorted(cdf, target, right=True).squeeze(-1)
-    last = probs.shape[-1] - 1 - (probs.flip(-1) > 0).to(torch.int64).argmax(-1)
-    return torch.minimum(idx, last)
+    total = cdf[..., -1:]
+    target = torch.minimum(u.unsqueeze(-1) * total, torch.nextafter(total, torch.zeros_like(total)))
+    return torch.searchsorted(cdf, target, right=True).squeeze(-1)

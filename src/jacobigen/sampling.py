@@ -40,31 +40,60 @@ class SamplingConfig:
         return self.cfg != 1.0
 
 
-def target_probs(logits: torch.Tensor, sampling: SamplingConfig, allowed: torch.Tensor,
-                 forced: torch.Tensor) -> torch.Tensor:
-    """Turn model logits into target distributions.
+def target_probs(logits: torch.Tensor, sampling: SamplingConfig, allowed: torch.Tensor) -> torch.Tensor:
+    """Turn model logits into target distributions of free positions.
 
-    logits: [R, T, V], rows interleaved (cond, uncond) per sequence when guided.
-    allowed: [V] bool. forced: [B, T] token id or -1. Returns float32 probabilities [B, T, V].
+    logits: [R, T, V], rows interleaved (cond, uncond) per sequence when guided; allowed: [V]
+    bool. Returns float32 probabilities [B, T, V]. With top-k the softmax runs on the k-slice only
+    (top-p then sees the dense vector). Forced positions are :class:`TargetPipeline`'s business.
     """
     logits = logits.float()
     if sampling.guided:
         cond, uncond = logits[0::2], logits[1::2]
         logits = uncond + sampling.cfg * (cond - uncond)
-    logits = logits.masked_fill(~allowed, float("-inf")) / sampling.temperature
+    logits = logits.masked_fill(~allowed, float("-inf"))   # also clears NaN from -inf - -inf in CFG
+    if sampling.temperature != 1:
+        logits = logits / sampling.temperature
     if sampling.top_k is not None and sampling.top_k < logits.shape[-1]:
-        keep = torch.zeros_like(logits, dtype=torch.bool)
-        keep.scatter_(-1, logits.topk(sampling.top_k, dim=-1).indices, True)
-        logits = logits.masked_fill(~keep, float("-inf"))
-    probs = logits.softmax(-1)
+        top = logits.topk(sampling.top_k, dim=-1)
+        probs = torch.zeros_like(logits).scatter_(-1, top.indices, top.values.softmax(-1))
+    else:
+        probs = logits.softmax(-1)
     if sampling.top_p is not None and sampling.top_p < 1:
         sorted_p, order = probs.sort(-1, descending=True)
         before = sorted_p.cumsum(-1) - sorted_p
         drop = torch.zeros_like(probs, dtype=torch.bool).scatter_(-1, order, before >= sampling.top_p)
         probs = probs.masked_fill(drop, 0.0)
         probs = probs / probs.sum(-1, keepdim=True)
-    is_forced = forced >= 0
-    if is_forced.any():
-        onehot = torch.nn.functional.one_hot(forced.clamp(min=0), probs.shape[-1]).to(probs.dtype)
-        probs = torch.where(is_forced[..., None], onehot, probs)
     return probs
+
+
+class TargetPipeline:
+    """:func:`target_probs` for one layout, with its forced structural tokens: a position's *kind*
+    (0: free, i: the i-th structural id) indexes small tables, so forced positions cost no branch
+    and no host sync, and the layout's prior comes from the same tables."""
+
+    def __init__(self, sampling: SamplingConfig, layout, vocab_size: int, device=None):
+        self.sampling = sampling
+        self.allowed = layout.allowed(vocab_size, device)
+        self.forced = layout.forced(device)
+        ids = sorted(set(self.forced[self.forced >= 0].tolist()))
+        self.onehot = torch.zeros(1 + len(ids), vocab_size, device=device)
+        kind = torch.zeros(layout.length + 1, dtype=torch.int64, device=device)   # past the end: free
+        for i, tok in enumerate(ids):
+            self.onehot[1 + i, tok] = 1.0
+            kind[:-1][self.forced == tok] = 1 + i
+        self.kind, self.length = kind, layout.length
+        self.prior_table = self.onehot.clone()
+        self.prior_table[0] = self.allowed.float() / self.allowed.sum()
+
+    def prior(self, gen_positions: torch.Tensor) -> torch.Tensor:
+        """Draft distribution [..., V] of a position never evaluated: uniform over the image ids,
+        one-hot where the layout forces a token."""
+        return self.prior_table[self.kind[gen_positions.clamp(0, self.length)]]
+
+    def __call__(self, logits: torch.Tensor, gen_positions: torch.Tensor) -> torch.Tensor:
+        """logits [R, T, V]; gen_positions [B, T]: generated position of the token each predicts."""
+        kind = self.kind[gen_positions.clamp(0, self.length)]
+        probs = target_probs(logits, self.sampling, self.allowed)
+        return torch.where((kind > 0)[..., None], self.onehot[kind], probs)

@@ -22,8 +22,9 @@ class DecodeStats:
     sequence_nfe: list[int] = field(default_factory=list)
     committed: list[int] = field(default_factory=list)
     wall_time: float = 0.0
-    forward_time: float = 0.0
+    forward_time: float | None = 0.0
     lossless: bool = True        # False for relaxed (lossy) verifiers
+    _pending: list = field(default_factory=list, repr=False, compare=False)
 
     @classmethod
     def start(cls, batch: int) -> "DecodeStats":
@@ -35,30 +36,25 @@ class DecodeStats:
             self.sequence_nfe[s] += 1
 
     def record(self, sequences: torch.Tensor, step: torch.Tensor, active: torch.Tensor) -> None:
-        """One iteration: row r decoded sequence ``sequences[r]`` and committed ``step[r]`` tokens."""
-        for s, c in zip(sequences[active].tolist(), step[active].tolist()):
-            self.sequence_nfe[s] += 1
-            self.committed.append(c)
+        """One iteration: row r decoded sequence ``sequences[r]`` and committed ``step[r]`` tokens.
+        Kept on the device until :meth:`finish`, so recording costs no host sync."""
+        self._pending.append((torch.where(active, sequences, -1), step))
 
-    def finish(self, nfe: int, wall: float, forward: float) -> None:
+    def finish(self, nfe: int, wall: float, forward: float | None) -> None:
+        if self._pending:
+            seq, step = (torch.cat(x) for x in zip(*self._pending))
+            active = seq >= 0
+            for s, c in zip(seq[active].tolist(), step[active].tolist()):
+                self.sequence_nfe[s] += 1
+                self.committed.append(c)
+            self._pending.clear()
         self.nfe, self.wall_time, self.forward_time = nfe, wall, forward
 
     @property
-    def overhead_time(self) -> float:
-        """Everything but the model forward: drafting, verification, cache bookkeeping."""
-        return self.wall_time - self.forward_time
-
-    @classmethod
-    def concat(cls, parts: list["DecodeStats"]) -> "DecodeStats":
-        """Stats of decode calls run one after another, as one call."""
-        out = cls(batch=sum(p.batch for p in parts), lossless=all(p.lossless for p in parts))
-        for p in parts:
-            out.nfe += p.nfe
-            out.sequence_nfe += p.sequence_nfe
-            out.committed += p.committed
-            out.wall_time += p.wall_time
-            out.forward_time += p.forward_time
-        return out
+    def overhead_time(self) -> float | None:
+        """Everything but the model forward: drafting, verification, cache bookkeeping (None when
+        the forward was not timed: an accelerator without ``timing=True``)."""
+        return None if self.forward_time is None else self.wall_time - self.forward_time
 
     @property
     def tokens(self) -> int:

@@ -12,14 +12,18 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
+from .bench import pct
 from .methods import get_method
 from .pipeline import Pipeline
+from .threads import environment, environment_line, loadavg
 
 
 def run_throughput(pipe: Pipeline, methods: list[str], batch_sizes: list[int], n_images: int,
-                   window: int, repeats: int = 1, progress: bool = True, **sampling) -> list[dict]:
+                   window: int, repeats: int = 1, progress: bool = True, **sampling) -> tuple[list[dict], dict]:
     """Decode ``n_images`` images (example prompts, seeds 0..n-1) for every (method, batch size),
-    ``repeats`` times, interleaved; report the fastest run of each."""
+    ``repeats`` times, interleaved; report the fastest run of each. Returns the rows and the
+    machine (threads, torch, device, CPU) with the load average before and after."""
+    info = {**environment(pipe.model), "loadavg_before": loadavg()}
     prompts = (pipe.example_prompts * n_images)[:n_images]
     seeds = list(range(n_images))
     image_tokens = pipe.layout.rows * pipe.layout.cols
@@ -38,23 +42,25 @@ def run_throughput(pipe: Pipeline, methods: list[str], batch_sizes: list[int], n
                           "tokens_per_second": n_images * image_tokens / s.wall_time,
                           "forward_passes": s.nfe,
                           "step_compression": n_images * pipe.layout.length / sum(s.sequence_nfe),
-                          "overhead_share": s.overhead_time / s.wall_time}
-    return [best[m, b] for m in methods for b in batch_sizes]
+                          "overhead_share": None if s.overhead_time is None else s.overhead_time / s.wall_time}
+    info["loadavg_after"] = loadavg()
+    return [best[m, b] for m in methods for b in batch_sizes], info
 
 
-def markdown(rows: list[dict]) -> str:
-    head = ("| method | batch | images/s | image tokens/s | forward passes | step compression | overhead |\n"
+def markdown(rows: list[dict], info: dict | None = None) -> str:
+    head = ((environment_line(info) + "\n" if info else "")
+            + "| method | batch | images/s | image tokens/s | forward passes | step compression | overhead |\n"
             "|---|---|---|---|---|---|---|\n")
     return head + "".join(
         f"| {r['method']} | {r['batch_size']} | {r['images_per_second']:.2f} | {r['tokens_per_second']:.0f} | "
-        f"{r['forward_passes']} | {r['step_compression']:.2f}x | {100 * r['overhead_share']:.0f}% |\n"
+        f"{r['forward_passes']} | {r['step_compression']:.2f}x | {pct(r['overhead_share'])} |\n"
         for r in rows)
 
 
-def write_report(rows: list[dict], out_dir: Path, meta: dict) -> None:
+def write_report(rows: list[dict], info: dict, out_dir: Path, meta: dict) -> None:
     from .plots import plot_throughput
 
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "throughput.json").write_text(json.dumps({**meta, "rows": rows}, indent=2))
-    (out_dir / "throughput.md").write_text(markdown(rows))
+    (out_dir / "throughput.json").write_text(json.dumps({**meta, **info, "rows": rows}, indent=2))
+    (out_dir / "throughput.md").write_text(markdown(rows, info))
     plot_throughput(rows, out_dir / "throughput.png")

@@ -11,6 +11,7 @@ each node, the tree attention structure, and the block index of the spine node a
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -76,6 +77,10 @@ class WindowShape:
         tree = [0] + [self.level_start(t) for t in range(1, self.depth + 1)]
         return torch.tensor(tree + list(range(self.level_start(self.depth + 1), self.size)))
 
+    def spine_on(self, device) -> torch.Tensor:
+        """:meth:`spine` on a device, made once per shape and device."""
+        return _spine_on(self, torch.device(device))
+
     def block_tokens(self, root: torch.Tensor, spine_tokens: torch.Tensor, cand: torch.Tensor) -> torch.Tensor:
         """Token of every block node [B, size] from the root [B], spine drafts [B, W] and the tree's
         candidates [B, D, K] (candidate rank r of depth t sits at every node a with a % K == r)."""
@@ -83,6 +88,11 @@ class WindowShape:
             return torch.cat([root[:, None], spine_tokens], 1)
         levels = [cand[:, t - 1].repeat(1, self.width ** (t - 1)) for t in range(1, self.depth + 1)]
         return torch.cat([root[:, None], *levels, spine_tokens[:, self.depth:]], 1)
+
+
+@functools.lru_cache(maxsize=64)
+def _spine_on(shape: WindowShape, device: torch.device) -> torch.Tensor:
+    return shape.spine().to(device)
 
 
 class ProactiveTree:

@@ -64,6 +64,9 @@ class Verifier:
         k+1 entries are the root and the accepted nodes).
         """
         b, w = window.tokens.shape
+        if w == 0:              # window 1 (plain AR): nothing to check, sample the next token
+            zero = torch.zeros(b, 1, dtype=torch.int64, device=p.device)
+            return zero[:, 0], draws.sample(p[:, 0], positions[:, 0], Stream.SAMPLE), zero
         rows = torch.arange(b, device=p.device)
         depth = shape.depth if shape.tree else 0
         cur = torch.zeros(b, dtype=torch.int64, device=p.device)
@@ -82,10 +85,10 @@ class Verifier:
             path[:, t] = torch.where(go, child, path[:, t])
             live &= go
 
-        spine = shape.spine().to(p.device)
+        spine = shape.spine_on(p.device)
         on_spine = live & (cur == spine[depth])
         drafts, q = window.tokens[:, depth:], window.q[:, depth:]
-        p_chain = p[:, spine[depth:w]]
+        p_chain = p[:, spine[depth:w]] if depth else p[:, :w]
         ok = self.accept(p_chain, q, drafts, draws.uniform(positions[:, depth:w], Stream.ACCEPT))
         ok &= torch.arange(depth, w, device=p.device) < m[:, None]
         run = torch.where(on_spine, ok.to(torch.int64).cumprod(-1).sum(-1), 0)
@@ -110,10 +113,12 @@ class Verifier:
         q = window.q[:, t - 1]
         cand, valid = window.cand[:, t - 1], window.cand_valid[:, t - 1] & (t <= m)[:, None]
         chosen = torch.full_like(m, -1)
+        ranks = torch.arange(cand.shape[1], device=cand.device)
+        u = draws.uniform(position[:, None], Stream.ACCEPT, ranks)        # rank r: extra key r
         for r in range(cand.shape[1]):
             c = cand[:, r]
             open_ = valid[:, r] & (chosen < 0)
-            ok = self.accept(target, q, c, draws.uniform(position, Stream.ACCEPT, r)) & open_
+            ok = self.accept(target, q, c, u[:, r]) & open_
             chosen = torch.where(ok, r, chosen)
             rej = (open_ & ~ok)[:, None]
             target = torch.where(rej, self.residual(target, q, c), target)

@@ -1,0 +1,113 @@
+"""The 1-D chain schedule: a window of drafts after the last committed token, optionally headed by
+SJD-PAC's proactive tree (DESIGN.md sections 3 and 4.2). Plain AR is the chain with no drafts.
+
+Slot i of the next window holds position n + i. Its belief is the stale target the last forward
+gave that position along the spine (or the layout's prior if it was not in the block), and the
+draft that sat there before, with its q, is what a coupling drafter may keep. The block is
+``[last committed, tree nodes, chain drafts]`` with the static tree-causal structure; the one chain
+is verified exactly; the accepted path and the sampled token are committed.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+
+from .drafters import Slots
+from .engine import Block, Flight, Segments
+from .masks import BandMask
+from .mrs import gather_rows
+from .tree import WindowShape
+from .verifiers import Window
+
+
+class Chain:
+    def __init__(self, layout, window: int, tree, targets, device):
+        w = window - 1
+        self.shape = WindowShape(w, min(tree.depth, w) if tree else 0, tree.width if tree else 1)
+        self.length, self.targets, self.device = layout.length, targets, device
+        self.arange_w = torch.arange(w, device=device)
+        self.depths = torch.arange(w + 1, device=device)
+        self.spine = self.shape.spine().to(device)
+        self.node_depth = self.shape.node_depth().to(device)
+        self.structure = self.shape.structure(device)
+        self.band: BandMask | None = None
+
+    @property
+    def board_width(self) -> int:
+        return self.length + self.shape.drafts + 1
+
+    @property
+    def slot_count(self) -> int:
+        return self.shape.drafts
+
+    @property
+    def block_slack(self) -> int:
+        """Cache slots past the image that a block may write into."""
+        return self.shape.size
+
+    def start(self, rows: int, vocab: int, cache) -> None:
+        w, dev = self.shape.drafts, self.device
+        self.band = BandMask(self.structure, cache.capacity)
+        self.p = torch.zeros(rows, w + 1, vocab, device=dev)        # spine targets of the last forward
+        self.tokens = torch.zeros(rows, w, dtype=torch.int64, device=dev)
+        self.q = torch.zeros(rows, w, vocab, device=dev)
+        self.step = torch.zeros(rows, dtype=torch.int64, device=dev)
+
+    def admit(self, fl: Flight, rows: torch.Tensor, first: torch.Tensor, cache) -> None:
+        fl.board[rows] = 0
+        fl.board[rows, 0] = first
+
+    def select(self, rows: torch.Tensor) -> None:
+        self.p, self.tokens, self.q, self.step = self.p[rows], self.tokens[rows], self.q[rows], self.step[rows]
+
+    # --- the step's parts -------------------------------------------------------------------
+
+    def slots(self, fl: Flight) -> Slots:
+        w, n = self.shape.drafts, fl.committed
+        if not w:                                   # plain AR: no window
+            return self._no_slots(n.shape[0])
+        positions = n[:, None] + self.arange_w
+        j = self.arange_w + self.step[:, None]       # where each slot's position sat in the last block
+        live = fl.live[:, None]
+        has_p = (j <= w) & live
+        belief = torch.where(has_p[..., None], gather_rows(self.p, j.clamp(max=w)), self.targets.prior(positions))
+        jo = j.clamp(max=w - 1)
+        return Slots(positions, belief, has_p, self.tokens.gather(1, jo), gather_rows(self.q, jo), (j < w) & live)
+
+    @functools.lru_cache(maxsize=8)
+    def _no_slots(self, b: int) -> Slots:
+        empty = torch.zeros(b, 0, dtype=torch.int64, device=self.device)
+        q = torch.zeros(b, 0, self.q.shape[-1], device=self.device)
+        return Slots(empty, q, empty.bool(), empty, q, empty.bool())
+
+    @functools.lru_cache(maxsize=8)
+    def _no_tree(self, b: int) -> tuple[torch.Tensor, torch.Tensor]:
+        none = torch.zeros(b, 0, 1, dtype=torch.int64, device=self.device)
+        return none, none.bool()
+
+    def segments(self, fl: Flight, slots: Slots, tokens: torch.Tensor, q: torch.Tensor) -> Segments:
+        self.tokens, self.q = tokens, q
+        return Segments(Window(tokens, q, *self._no_tree(tokens.shape[0])), self.shape, slots.positions)
+
+    def block(self, fl: Flight, seg: Segments, cache) -> Block:
+        n, w = fl.committed, self.shape.drafts
+        root = fl.board.gather(1, (n - 1).clamp(min=0)[:, None]).squeeze(1)
+        tokens = self.shape.block_tokens(root, seg.window.tokens, seg.window.cand)
+        return Block(tokens, (n - 1)[:, None] + self.node_depth, self.band(cache.lengths),
+                     (self.length - n - 1).clamp(0, w), n[:, None] + self.depths)
+
+    def commit(self, fl: Flight, seg: Segments, block: Block, p, k, nxt, path, cache) -> torch.Tensor:
+        n = fl.committed
+        active = n < self.length
+        k = torch.where(active, k, 0)
+        # the accepted path and the sampled token; entries past the path land where later commits
+        # overwrite them, finished rows write into slack
+        fl.board.scatter_(1, n[:, None] + self.arange_w, block.tokens.gather(1, path[:, 1:]))
+        fl.board.scatter_(1, (n + k)[:, None], nxt[:, None])
+        self.step = (k + 1) * active
+        group = cache.rows // n.shape[0]
+        cache.commit(path.repeat_interleave(group, 0) if self.shape.tree else None, self.step.repeat_interleave(group))
+        self.p = p if not self.shape.tree else p[:, self.spine]
+        return self.step

@@ -1,0 +1,155 @@
+"""The one decode step (DESIGN.md section 3): draft -> one forward -> verify -> commit.
+
+Every method and every schedule runs this step. A *schedule* (:mod:`.chain`, :mod:`.pjd`) says
+which positions enter the block, their attention structure, and which of its segments are verified
+exactly (commit the accepted run plus one sampled token) or prefix-only (commit the accepted run);
+the drafter, the proactive tree and the verifier are the method's parts. The batch scheduler
+(:mod:`.batching`) admits, refills and compacts rows around the step.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import torch
+
+from .draws import Draws
+from .masks import block_mask, prefix_structure
+from .rng import Stream
+from .sampling import SamplingConfig, TargetPipeline
+from .tree import WindowShape
+from .verifiers import Window
+
+
+@dataclass
+class Flight:
+    """What every schedule keeps per batch row: row r decodes sequence ``seq[r]`` (-1: free)."""
+
+    seq: torch.Tensor         # [B]
+    seeds: torch.Tensor       # [B] seed of that sequence
+    iteration: torch.Tensor   # [B] iterations it has run
+    base: torch.Tensor        # [B * group] prompt length of each model row
+    board: torch.Tensor       # [B, length + 1] committed tokens (newest guesses elsewhere); last: scratch
+    committed: torch.Tensor   # [B] committed tokens (>= length: finished or free)
+    live: torch.Tensor        # [B] the last forward counted for this row (its targets may be reused)
+
+    @property
+    def draws(self) -> Draws:
+        return Draws(self.seeds, self.iteration)
+
+    def select(self, rows: torch.Tensor, model_rows: torch.Tensor) -> None:
+        self.seq, self.seeds, self.iteration = self.seq[rows], self.seeds[rows], self.iteration[rows]
+        self.base, self.board = self.base[model_rows], self.board[rows]
+        self.committed, self.live = self.committed[rows], self.live[rows]
+
+
+@dataclass
+class Segments:
+    """The drafts of one iteration as the verifier sees them: S chains per batch row, flattened
+    to [B * S] rows of ``shape`` (W depths each), with the positions of depths 1..W and the draws
+    of each chain's sequence."""
+
+    window: Window
+    shape: WindowShape
+    positions: torch.Tensor    # [B * S, W]
+    per_row: int = 1           # S
+    draws: Draws | None = None  # of the verification, set by the step
+
+
+@dataclass
+class Block:
+    """One forward: ``tokens``/``node_pos`` [B, N] (generated position of each node's token), the
+    additive mask over the cache, and per chain the depths ``m`` that lie inside its row and the
+    positions ``depth_pos`` of depths 1..W+1 [B * S, W + 1]."""
+
+    tokens: torch.Tensor
+    node_pos: torch.Tensor
+    mask: torch.Tensor
+    m: torch.Tensor
+    depth_pos: torch.Tensor
+
+
+class Engine:
+    """Model access and the step, for one (model, layout, sampling, parts, schedule)."""
+
+    def __init__(self, model, layout, sampling: SamplingConfig, parts, schedule, targets: TargetPipeline,
+                 timing: bool = False):
+        self.model, self.layout, self.parts, self.schedule = model, layout, parts, schedule
+        self.device = next(model.parameters()).device
+        self.group = 2 if sampling.guided else 1
+        self.targets_of = targets
+        self.sync = timing and self.device.type == "cuda"     # timing syncs only when asked
+        self.nfe, self.forward_time = 0, 0.0
+
+    # --- model access -----------------------------------------------------------------------
+
+    def forward(self, fl: Flight, block: Block, cache) -> torch.Tensor:
+        """One forward of the batch's block; a guided sequence runs as a (cond, uncond) row pair."""
+        tokens, node_pos = self.per_model_row(block.tokens), self.per_model_row(block.node_pos)
+        return self._run_model(tokens, fl.base[:, None] + node_pos, block.mask, cache)
+
+    def per_model_row(self, x: torch.Tensor) -> torch.Tensor:
+        """x [B, ...] repeated for each model row of a sequence [B * group, ...]."""
+        if self.group == 1:
+            return x
+        return x.unsqueeze(1).expand(-1, self.group, *x.shape[1:]).reshape(-1, *x.shape[1:])
+
+    def _run_model(self, tokens, positions, mask, cache) -> torch.Tensor:
+        if self.sync:
+            torch.cuda.synchronize(self.device)
+        t0 = time.perf_counter()
+        with torch.inference_mode():
+            logits = self.model(tokens, positions, mask, cache)
+        if self.sync:
+            torch.cuda.synchronize(self.device)
+        self.forward_time += time.perf_counter() - t0
+        self.nfe += 1
+        return logits
+
+    @property
+    def measured_forward_time(self) -> float | None:
+        """Seconds in the model forward; None on an accelerator unless ``timing`` synced it."""
+        return self.forward_time if self.sync or self.device.type == "cpu" else None
+
+    def prefill(self, prefixes: list[list[int]], cache, seeds: torch.Tensor) -> torch.Tensor:
+        """One forward over all prompts (model rows, right-padded) into ``cache``; returns the first
+        generated token of each sequence, drawn as it would be alone."""
+        base = torch.tensor([len(p) for p in prefixes], device=self.device)
+        width = max(len(p) for p in prefixes)
+        rows = torch.zeros(len(prefixes), width, dtype=torch.int64)
+        for r, pre in enumerate(prefixes):
+            rows[r, :len(pre)] = torch.tensor(pre)
+        rows = rows.to(self.device)
+        positions = torch.arange(width, device=self.device).expand_as(rows)
+        mask = block_mask(cache.lengths, cache.capacity, prefix_structure(base, width))
+        logits = self._run_model(rows, positions, mask, cache)
+        last = logits[torch.arange(len(prefixes), device=self.device), base - 1][:, None]
+        cache.commit(None, base)
+        zero = torch.zeros(seeds.shape[0], 1, dtype=torch.int64, device=self.device)
+        p0 = self.targets_of(last, zero)[:, 0]
+        return Draws(seeds, torch.zeros_like(seeds)).sample(p0, zero[:, 0], Stream.SAMPLE)
+
+    # --- the step ---------------------------------------------------------------------------
+
+    def step(self, fl: Flight, cache) -> torch.Tensor:
+        """Draft, forward once, verify, commit. Returns the tokens each row committed [B]."""
+        sched, parts = self.schedule, self.parts
+        slots = sched.slots(fl)
+        drafting = fl.draws            # drafts come from the last forward, under its iteration
+        if slots.positions.shape[1]:
+            tokens, q = parts.drafter.draft(slots, drafting)
+        else:
+            tokens, q = slots.old_tokens, slots.old_q
+        seg = sched.segments(fl, slots, tokens, q)
+        if seg.shape.tree:
+            d, w = seg.shape.depth, seg.window
+            seg.window = Window(w.tokens, w.q, *parts.tree.expand(w.tokens[:, :d], w.q[:, :d], seg.positions[:, :d],
+                                                                  drafting.repeat(seg.per_row)))
+        fl.iteration = fl.iteration + (fl.committed < self.layout.length)
+        seg.draws = fl.draws.repeat(seg.per_row)
+        block = sched.block(fl, seg, cache)
+        p = self.targets_of(self.forward(fl, block, cache), block.node_pos + 1)
+        k, nxt, path = parts.verifier.verify(p.view(-1, seg.shape.size, p.shape[-1]), seg.window, seg.shape,
+                                             block.m, block.depth_pos, seg.draws)
+        return sched.commit(fl, seg, block, p, k, nxt, path, cache)
