@@ -28,6 +28,11 @@ def decode(engine: Engine, prefixes: list[list[int]], seeds: list[int], batch_si
            on_progress: Callable[[int], None] | None = None) -> tuple[torch.Tensor, DecodeStats]:
     """prefixes: one token list per model row (cond, uncond interleaved when guided); seeds: one
     per sequence. Returns (tokens [N, length], DecodeStats)."""
+    with torch.inference_mode():
+        return _decode(engine, prefixes, seeds, batch_size, on_progress)
+
+
+def _decode(engine: Engine, prefixes, seeds, batch_size, on_progress):
     t_start = time.perf_counter()
     model, layout, sched, dev = engine.model, engine.layout, engine.schedule, engine.device
     group, total, length = engine.group, len(seeds), layout.length
@@ -86,30 +91,35 @@ def decode(engine: Engine, prefixes: list[list[int]], seeds: list[int], batch_si
             on_progress(len(ids))
 
     admit()
+    running = fl.committed < length
     while True:
-        running = fl.committed < length
-        step = engine.step(fl, cache)
+        step = engine.step(fl, cache, running)
         fl.committed = fl.committed + step
         fl.live = running
         stats.record(fl.seq, step, running)
-        done = running & (fl.committed >= length)
-        n_done, n_running, n_tokens = torch.stack([done.sum(), (fl.committed < length).sum(), step.sum()]).tolist()
-        if on_progress:
+        was, running = running, fl.committed < length
+        done = was & ~running
+        if on_progress:                                # the one host read of the iteration
+            n_done, n_tokens = torch.stack([done.sum(), step.sum()]).tolist()
             on_progress(n_tokens)
+        else:
+            n_done = int(done.sum())
         if n_done:
             out[fl.seq[done]] = fl.board[done, :length]
             fl.seq = torch.where(done, -1, fl.seq)
             if admitted < total:
                 admit()
-                n_running = int((fl.committed < length).sum())
-            if admitted == total and n_running and 4 * (fl.seq.shape[0] - n_running) >= fl.seq.shape[0]:
+                running = fl.committed < length
+            n_running = int(running.sum())
+            if not n_running:
+                break
+            if admitted == total and 4 * (fl.seq.shape[0] - n_running) >= fl.seq.shape[0]:
                 rows = (fl.committed < length).nonzero().flatten()     # nothing waits: drop done rows
                 fl.select(rows, model_rows(rows, group))
                 sched.select(rows)
                 cache.select(model_rows(rows, group))
                 engine.parts.drafter.select(rows)
-        if not n_running:
-            break
+                running = running[rows]
 
     stats.finish(nfe=engine.nfe, wall=time.perf_counter() - t_start, forward=engine.measured_forward_time)
     return out, stats

@@ -93,10 +93,12 @@ class Chain:
 
     def block(self, fl: Flight, seg: Segments, cache) -> Block:
         n, w = fl.committed, self.shape.drafts
-        root = fl.board.gather(1, (n - 1).clamp(min=0)[:, None]).squeeze(1)
-        tokens = self.shape.block_tokens(root, seg.window.tokens, seg.window.cand)
-        return Block(tokens, (n - 1)[:, None] + self.node_depth, self.band(cache.lengths),
-                     (self.length - n - 1).clamp(0, w), n[:, None] + self.depths)
+        last = (n - 1).clamp(min=0)[:, None]
+        root = fl.board.gather(1, last)
+        tokens = torch.cat([root, seg.window.tokens], 1) if not self.shape.tree else \
+            self.shape.block_tokens(root[:, 0], seg.window.tokens, seg.window.cand)
+        m = (self.length - 1 - n).clamp(0, w) if w else None      # no drafts: nothing to verify
+        return Block(tokens, last + self.node_depth, self.band(cache.lengths), m, n[:, None] + self.depths)
 
     def commit(self, fl: Flight, seg: Segments, block: Block, p, k, nxt, path, cache) -> torch.Tensor:
         n = fl.committed

@@ -106,17 +106,27 @@ class VerificationPrior(Drafter):
         self.past, self.owner, self.count = self.past[rows], self.owner[rows], self.count[rows]
 
     def fuse(self, p: torch.Tensor, past: torch.Tensor, count: torch.Tensor) -> torch.Tensor:
-        """p [..., V], past [..., H, V] newest first, count [...] valid entries -> fused p'."""
+        """p [..., V], past [..., H, V] newest first, count [...] valid entries -> fused p'.
+
+        Only ids in the top-k of p can be boosted, so the trajectory is read on that slice alone."""
         w = self.decay ** torch.arange(self.history, device=p.device, dtype=p.dtype)
         w = w * (torch.arange(self.history, device=p.device) < count[..., None])
-        ref = (w[..., None] * past).sum(-2) / w.sum(-1, keepdim=True).clamp(min=1e-30)
+        top = p.topk(min(self.top_k, p.shape[-1]), -1, sorted=False).indices           # [..., k]
+        p_top = p.gather(-1, top)
+        past_top = past.gather(-1, top.unsqueeze(-2).expand(*past.shape[:-1], top.shape[-1]))
+        ref = (w[..., None] * past_top).sum(-2) / w.sum(-1, keepdim=True).clamp(min=1e-30)
         tiny = torch.finfo(p.dtype).tiny
-        score = p.clamp(min=tiny).log() - ref.clamp(min=tiny).log()
-        trail = torch.cat([p[..., None, :], past[..., :self.growth_steps, :]], -2)
+        score = p_top.clamp(min=tiny).log() - ref.clamp(min=tiny).log()
+        trail = torch.cat([p_top[..., None, :], past_top[..., :self.growth_steps, :]], -2)
         rising = (trail[..., :-1, :] > trail[..., 1:, :]).all(-2)
-        top = torch.zeros_like(rising).scatter_(-1, p.topk(min(self.top_k, p.shape[-1]), -1).indices, True)
-        boost = torch.where(rising & top & (p > 0), self.weight * score, 0.0)
-        fused = torch.softmax(p.log() + boost, -1)
+        boost = torch.where(rising & (p_top > 0), self.weight * score, 0.0)
+        # softmax(log p + boost) with boost zero off the slice, stabilised by the largest boost c:
+        # off the slice p e^-c / Z, on it p e^(boost - c) / Z
+        c = boost.amax(-1, keepdim=True).clamp(min=0)
+        lifted = p_top * (boost - c).exp()
+        off = (-c).exp()
+        z = off * (p.sum(-1, keepdim=True) - p_top.sum(-1, keepdim=True)) + lifted.sum(-1, keepdim=True)
+        fused = (p * (off / z)).scatter_(-1, top, lifted / z)
         ready = (count >= self.growth_steps)[..., None]
         return torch.where(ready, fused, p)
 

@@ -99,8 +99,7 @@ class Engine:
         if self.sync:
             torch.cuda.synchronize(self.device)
         t0 = time.perf_counter()
-        with torch.inference_mode():
-            logits = self.model(tokens, positions, mask, cache)
+        logits = self.model(tokens, positions, mask, cache)
         if self.sync:
             torch.cuda.synchronize(self.device)
         self.forward_time += time.perf_counter() - t0
@@ -132,8 +131,9 @@ class Engine:
 
     # --- the step ---------------------------------------------------------------------------
 
-    def step(self, fl: Flight, cache) -> torch.Tensor:
-        """Draft, forward once, verify, commit. Returns the tokens each row committed [B]."""
+    def step(self, fl: Flight, cache, running: torch.Tensor) -> torch.Tensor:
+        """Draft, forward once, verify, commit. ``running`` [B]: rows not finished.
+        Returns the tokens each row committed [B]."""
         sched, parts = self.schedule, self.parts
         slots = sched.slots(fl)
         drafting = fl.draws            # drafts come from the last forward, under its iteration
@@ -146,7 +146,7 @@ class Engine:
             d, w = seg.shape.depth, seg.window
             seg.window = Window(w.tokens, w.q, *parts.tree.expand(w.tokens[:, :d], w.q[:, :d], seg.positions[:, :d],
                                                                   drafting.repeat(seg.per_row)))
-        fl.iteration = fl.iteration + (fl.committed < self.layout.length)
+        fl.iteration = fl.iteration + running
         seg.draws = fl.draws.repeat(seg.per_row)
         block = sched.block(fl, seg, cache)
         p = self.targets_of(self.forward(fl, block, cache), block.node_pos + 1)

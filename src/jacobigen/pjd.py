@@ -310,7 +310,7 @@ class Rows:
         plan, a_t, w_t, length = self.now, self.a_t, self.w_t, self.layout.length
         b, size = plan.rows.shape[0], seg.shape.size
         group = cache.rows // b
-        k, nxt, path = k.view(b, a_t), nxt.view(b, a_t), path.view(b, a_t, w_t + 1)
+        k, nxt, path = k.view(b, a_t), nxt.view(b, a_t), path.reshape(b, a_t, w_t + 1)
         step = k + plan.is_top[:, :a_t].long()
 
         # tokens onto the board: the accepted path, then the top row's sampled token

@@ -40,22 +40,23 @@ class SamplingConfig:
         return self.cfg != 1.0
 
 
-def target_probs(logits: torch.Tensor, sampling: SamplingConfig, allowed: torch.Tensor) -> torch.Tensor:
+def target_probs(logits: torch.Tensor, sampling: SamplingConfig, allowed: torch.Tensor,
+                 blocked: torch.Tensor | None = None) -> torch.Tensor:
     """Turn model logits into target distributions of free positions.
 
     logits: [R, T, V], rows interleaved (cond, uncond) per sequence when guided; allowed: [V]
-    bool. Returns float32 probabilities [B, T, V]. With top-k the softmax runs on the k-slice only
+    bool (``blocked``, its negation, may be passed precomputed). Returns float32 probabilities [B, T, V]. With top-k the softmax runs on the k-slice only
     (top-p then sees the dense vector). Forced positions are :class:`TargetPipeline`'s business.
     """
     logits = logits.float()
     if sampling.guided:
         cond, uncond = logits[0::2], logits[1::2]
         logits = uncond + sampling.cfg * (cond - uncond)
-    logits = logits.masked_fill(~allowed, float("-inf"))   # also clears NaN from -inf - -inf in CFG
+    logits = logits.masked_fill(~allowed if blocked is None else blocked, float("-inf"))  # clears NaN of CFG too
     if sampling.temperature != 1:
         logits = logits / sampling.temperature
     if sampling.top_k is not None and sampling.top_k < logits.shape[-1]:
-        top = logits.topk(sampling.top_k, dim=-1)
+        top = logits.topk(sampling.top_k, dim=-1, sorted=False)
         probs = torch.zeros_like(logits).scatter_(-1, top.indices, top.values.softmax(-1))
     else:
         probs = logits.softmax(-1)
@@ -76,6 +77,7 @@ class TargetPipeline:
     def __init__(self, sampling: SamplingConfig, layout, vocab_size: int, device=None):
         self.sampling = sampling
         self.allowed = layout.allowed(vocab_size, device)
+        self.blocked = ~self.allowed
         self.forced = layout.forced(device)
         ids = sorted(set(self.forced[self.forced >= 0].tolist()))
         self.onehot = torch.zeros(1 + len(ids), vocab_size, device=device)
@@ -95,5 +97,5 @@ class TargetPipeline:
     def __call__(self, logits: torch.Tensor, gen_positions: torch.Tensor) -> torch.Tensor:
         """logits [R, T, V]; gen_positions [B, T]: generated position of the token each predicts."""
         kind = self.kind[gen_positions.clamp(0, self.length)]
-        probs = target_probs(logits, self.sampling, self.allowed)
+        probs = target_probs(logits, self.sampling, self.allowed, self.blocked)
         return torch.where((kind > 0)[..., None], self.onehot[kind], probs)

@@ -10,13 +10,14 @@ gets a draw from the residual; if everything passed, a bonus draw from the next 
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
 
 from .draws import Draws
 from .mrs import accepts, residual
-from .rng import Stream
+from .rng import Stream, categorical
 from .tree import WindowShape
 
 
@@ -38,6 +39,16 @@ def without(q: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
     q = q.scatter(-1, ids[:, None], 0.0)
     mass = q.sum(-1, keepdim=True)
     return torch.where(mass > 0, q / mass.clamp(min=torch.finfo(q.dtype).tiny), q)
+
+
+@functools.lru_cache(maxsize=64)
+def _arange(n: int, device: torch.device) -> torch.Tensor:
+    return torch.arange(n, device=device)
+
+
+@functools.lru_cache(maxsize=8)
+def _streams(device: torch.device) -> torch.Tensor:
+    return torch.tensor([Stream.ACCEPT, Stream.SAMPLE], device=device)
 
 
 class Verifier:
@@ -67,6 +78,8 @@ class Verifier:
         if w == 0:              # window 1 (plain AR): nothing to check, sample the next token
             zero = torch.zeros(b, 1, dtype=torch.int64, device=p.device)
             return zero[:, 0], draws.sample(p[:, 0], positions[:, 0], Stream.SAMPLE), zero
+        if not shape.tree:
+            return self._chain(p, window, m, positions, draws)
         rows = torch.arange(b, device=p.device)
         depth = shape.depth if shape.tree else 0
         cur = torch.zeros(b, dtype=torch.int64, device=p.device)
@@ -88,10 +101,8 @@ class Verifier:
         spine = shape.spine_on(p.device)
         on_spine = live & (cur == spine[depth])
         drafts, q = window.tokens[:, depth:], window.q[:, depth:]
-        p_chain = p[:, spine[depth:w]] if depth else p[:, :w]
-        ok = self.accept(p_chain, q, drafts, draws.uniform(positions[:, depth:w], Stream.ACCEPT))
-        ok &= torch.arange(depth, w, device=p.device) < m[:, None]
-        run = torch.where(on_spine, ok.to(torch.int64).cumprod(-1).sum(-1), 0)
+        run = torch.where(on_spine, self._run(p[:, spine[depth:w]], q, drafts, positions[:, depth:w], m - depth,
+                                              draws), 0)
         node = torch.where(on_spine, spine[depth + run], cur)
         rejected = on_spine & (depth + run < m.clamp(max=w))
         if w > depth:
@@ -106,6 +117,26 @@ class Verifier:
         path[:, depth + 1:] = torch.where(fill, spine[depth + 1:], path[:, depth + 1:])
         k = k + run
         return k, draws.sample(final, positions[rows, k], Stream.SAMPLE), path
+
+    def _run(self, p, q, drafts, positions, limit, draws: Draws, u: torch.Tensor | None = None) -> torch.Tensor:
+        """Accepted run length [B] of a chain of drafts [B, W] (only the first ``limit`` count)."""
+        u = draws.uniform(positions, Stream.ACCEPT) if u is None else u
+        ok = self.accept(p, q, drafts, u) & (_arange(drafts.shape[1], drafts.device) < limit[:, None])
+        return ok.to(torch.int64).cumprod(-1).sum(-1)
+
+    def _chain(self, p, window: Window, m, positions, draws: Draws):
+        """:meth:`verify` without a tree: the block is the root and the W chain drafts. The accept
+        and sample uniforms of every depth come from one draw (the same keys as apart)."""
+        b, w = window.tokens.shape
+        u = draws.uniform(positions[..., None], _streams(p.device))           # [B, W + 1, 2]
+        run = self._run(p[:, :w], window.q, window.tokens, positions[:, :w], m, draws, u[:, :w, 0])
+        rows = _arange(b, p.device)
+        at = run.clamp(max=w - 1)
+        target = p[rows, run]
+        target = torch.where((run < m)[:, None], self.residual(target, window.q[rows, at], window.tokens[rows, at]),
+                             target)
+        path = _arange(w + 1, p.device).expand(b, -1)
+        return run, categorical(target, u[rows, run, 1].to(target.device)), path
 
     def _siblings(self, target, window: Window, t: int, m, position, draws: Draws):
         """Recursive rejection over the K candidates of depth t. Returns the distribution to draw
