@@ -3,9 +3,11 @@ must reject every one of them."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 
-from jacobigen.drafters import Coupled, Independent, VerificationPrior
+from jacobigen.drafters import Coupled, GumbelShared, Independent, VerificationPrior
 from jacobigen.rng import Stream
 from jacobigen.tree import ProactiveTree
 from jacobigen.verifiers import Verifier
@@ -69,3 +71,13 @@ class SiblingsWithReplacement(ProactiveTree):
         extra = [draws.sample(q, positions, Stream.TREE, r) for r in range(1, self.width)]
         cand = torch.stack([first, *extra], -1)
         return cand, torch.ones_like(cand, dtype=torch.bool)
+
+
+class NarrowSupport(GumbelShared):
+    """Not one of DESIGN.md's seven, but the same rule broken by our own shortcut: Gumbel sharing
+    argmaxed over fewer ids than the belief's support (its first top-k id only)."""
+
+    def draft(self, slots, draws):
+        if slots.support is not None:
+            slots = replace(slots, support=slots.support[..., :1])
+        return super().draft(slots, draws)

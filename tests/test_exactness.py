@@ -13,12 +13,13 @@ from jacobigen.jacobi import Parts
 from jacobigen.sampling import SamplingConfig
 from jacobigen.tree import ProactiveTree
 from jacobigen.verifiers import Verifier
-from mutants import (CarryOldQ, MinimumAcceptance, ResidualFromTarget, ResidualUnlessUnitMass,
+from mutants import (CarryOldQ, MinimumAcceptance, NarrowSupport, ResidualFromTarget, ResidualUnlessUnitMass,
                      SiblingsWithReplacement, StaleQ, UnfusedQ)
 
 N = 20_000
 PASS, FAIL = 1e-4, 1e-8
-SAMPLINGS = {"plain": SamplingConfig(), "cfg-topp": SamplingConfig(cfg=2.0, top_p=0.95, temperature=0.9)}
+SAMPLINGS = {"plain": SamplingConfig(), "cfg-topp": SamplingConfig(cfg=2.0, top_p=0.95, temperature=0.9),
+             "topk": SamplingConfig(top_k=2, cfg=1.5)}
 LOSSLESS = [name for name, m in METHODS.items() if m.lossless and name != "ar"]
 # Small trees so that the 3-id test vocabulary exercises both full and exhausted sibling sets.
 SMALL_TREE = {"tree_depth": 2, "tree_width": 2}
@@ -63,6 +64,20 @@ def test_every_lossless_preset_is_exact(model, exact, method, window):
             if k in spec.options}
     sampling = "cfg-topp" if window == 8 else "plain"
     assert pvalue(model, exact, spec.build(window, **opts), True, sampling) > PASS
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method", ["scd-gs", "scd-gs+pac", "scd-mc+vp"])
+def test_top_k_slice_is_exact(model, exact, method):
+    """With top-k the pipeline names each target's support and Gumbel sharing argmaxes over it
+    alone (the layout's prior gets a plain draw); the narrowed-support mutant shows the path runs."""
+    opts = {k: v for k, v in SMALL_TREE.items() if k in METHODS[method].options}
+    assert pvalue(model, exact, METHODS[method].build(6, **opts), True, "topk") > PASS
+
+
+@pytest.mark.slow
+def test_narrowed_support_is_rejected(model, exact):
+    assert pvalue(model, exact, Parts(NarrowSupport(), Verifier(), 6), True, "topk") < FAIL
 
 
 @pytest.mark.slow

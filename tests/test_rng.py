@@ -61,7 +61,8 @@ def test_small_and_large_paths_agree(monkeypatch):
     keys = (torch.tensor([3, 2**33 + 7, -4])[:, None], torch.arange(40)[None] + 10,
             torch.tensor([5, 6, 7])[:, None], rng.Stream.ACCEPT, 2)
     small = rng.uniform(*keys)
+    one = rng.uniform(torch.tensor([[-4]]), torch.tensor([[17]]), torch.tensor([[7]]), rng.Stream.ACCEPT, 2)
     monkeypatch.setattr(rng, "_SMALL", 0)
     big = rng.uniform(*keys)
-    assert small.dtype == big.dtype == torch.float64 and small.shape == (3, 40)
-    assert torch.equal(small, big)
+    assert small.dtype == big.dtype == one.dtype == torch.float64 and small.shape == (3, 40)
+    assert torch.equal(small, big) and one.shape == (1, 1) and one[0, 0] == big[2, 7]

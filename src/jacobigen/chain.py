@@ -54,6 +54,8 @@ class Chain:
         self.tokens = torch.zeros(rows, w, dtype=torch.int64, device=dev)
         self.q = torch.zeros(rows, w, vocab, device=dev)
         self.step = torch.zeros(rows, dtype=torch.int64, device=dev)
+        k = self.targets.support_size                       # top-k ids of those targets
+        self.support = None if k is None else torch.zeros(rows, w + 1, k, dtype=torch.int64, device=dev)
 
     def admit(self, fl: Flight, rows: torch.Tensor, first: torch.Tensor, cache) -> None:
         fl.board[rows] = 0
@@ -61,6 +63,8 @@ class Chain:
 
     def select(self, rows: torch.Tensor) -> None:
         self.p, self.tokens, self.q, self.step = self.p[rows], self.tokens[rows], self.q[rows], self.step[rows]
+        if self.support is not None:
+            self.support = self.support[rows]
 
     # --- the step's parts -------------------------------------------------------------------
 
@@ -74,7 +78,9 @@ class Chain:
         has_p = (j <= w) & live
         belief = torch.where(has_p[..., None], gather_rows(self.p, j.clamp(max=w)), self.targets.prior(positions))
         jo = j.clamp(max=w - 1)
-        return Slots(positions, belief, has_p, self.tokens.gather(1, jo), gather_rows(self.q, jo), (j < w) & live)
+        support = None if self.support is None else gather_rows(self.support, j.clamp(max=w))
+        return Slots(positions, belief, has_p, self.tokens.gather(1, jo), gather_rows(self.q, jo), (j < w) & live,
+                     support)
 
     @functools.lru_cache(maxsize=8)
     def _no_slots(self, b: int) -> Slots:
@@ -100,7 +106,7 @@ class Chain:
         m = (self.length - 1 - n).clamp(0, w) if w else None      # no drafts: nothing to verify
         return Block(tokens, last + self.node_depth, self.band(cache.lengths), m, n[:, None] + self.depths)
 
-    def commit(self, fl: Flight, seg: Segments, block: Block, p, k, nxt, path, cache) -> torch.Tensor:
+    def commit(self, fl: Flight, seg: Segments, block: Block, p, support, k, nxt, path, cache) -> torch.Tensor:
         n = fl.committed
         active = n < self.length
         k = torch.where(active, k, 0)
@@ -112,4 +118,5 @@ class Chain:
         group = cache.rows // n.shape[0]
         cache.commit(path.repeat_interleave(group, 0) if self.shape.tree else None, self.step.repeat_interleave(group))
         self.p = p if not self.shape.tree else p[:, self.spine]
+        self.support = support if support is None or not self.shape.tree else support[:, self.spine]
         return self.step

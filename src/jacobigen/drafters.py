@@ -28,6 +28,7 @@ class Slots:
     old_tokens: torch.Tensor  # draft previously at this position (valid where has_old)
     old_q: torch.Tensor       # [B, W, V] distribution that old draft was drawn from
     has_old: torch.Tensor     # bool: an earlier draft exists and was not verified away
+    support: torch.Tensor | None = None   # [B, W, K] ids outside which a model belief is zero
 
 
 class Drafter:
@@ -65,11 +66,21 @@ class Coupled(Drafter):
 
 class GumbelShared(Drafter):
     """SCD Gumbel sharing: argmax(log p + g) with g fixed per (seed, position) across iterations,
-    so a draft changes only when p moves enough. Still a draw from p, so q = p."""
+    so a draft changes only when p moves enough. Still a draw from p, so q = p.
+
+    When the slots name each model belief's support (the sampling's top-k ids), the argmax runs
+    over those ids only (the others have log p = -inf) and slots holding the layout's prior get a
+    plain draw: nothing is coupled before a position has a model belief."""
 
     def draft(self, slots, draws):
-        g = draws.shared_gumbel(slots.positions, slots.belief.shape[-1])
-        return (slots.belief.log() + g).argmax(-1), slots.belief
+        p = slots.belief
+        if slots.support is None:
+            ids = torch.arange(p.shape[-1], device=p.device)
+            return (p.log() + draws.shared_gumbel(slots.positions, ids)).argmax(-1), p
+        ids = slots.support
+        pick = (p.gather(-1, ids).log() + draws.shared_gumbel(slots.positions, ids)).argmax(-1, keepdim=True)
+        shared = ids.gather(-1, pick).squeeze(-1)
+        return torch.where(slots.has_belief, shared, draws.sample(p, slots.positions, Stream.DRAFT)), p
 
 
 class VerificationPrior(Drafter):

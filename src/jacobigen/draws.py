@@ -32,10 +32,10 @@ class Draws:
         return rng.gumbel(self.seeds.view(shape), positions[..., None], self.iteration.view(shape),
                           stream, ids)
 
-    def shared_gumbel(self, positions: torch.Tensor, vocab: int) -> torch.Tensor:
-        """Gumbel noise [B, ..., V] fixed per (seed, position) for every iteration (SCD sharing)."""
+    def shared_gumbel(self, positions: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+        """Gumbel noise fixed per (seed, position, id) for every iteration (SCD sharing), for ``ids``
+        [V] (every id) or [B, ..., K] (a few ids per position): [B, ..., V or K]."""
         shape = (-1,) + (1,) * positions.dim()
-        ids = torch.arange(vocab, device=positions.device)
         return rng.gumbel(self.seeds.view(shape), positions[..., None], rng.Stream.GUMBEL, ids)
 
     def sample(self, probs: torch.Tensor, positions: torch.Tensor, stream: int, *extra: int) -> torch.Tensor:

@@ -149,7 +149,7 @@ class Engine:
         fl.iteration = fl.iteration + running
         seg.draws = fl.draws.repeat(seg.per_row)
         block = sched.block(fl, seg, cache)
-        p = self.targets_of(self.forward(fl, block, cache), block.node_pos + 1)
+        p, support = self.targets_of.with_support(self.forward(fl, block, cache), block.node_pos + 1)
         k, nxt, path = parts.verifier.verify(p.view(-1, seg.shape.size, p.shape[-1]), seg.window, seg.shape,
                                              block.m, block.depth_pos, seg.draws)
-        return sched.commit(fl, seg, block, p, k, nxt, path, cache)
+        return sched.commit(fl, seg, block, p, support, k, nxt, path, cache)

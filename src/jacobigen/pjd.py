@@ -306,7 +306,7 @@ class Rows:
         return Block(tokens, node_pos.flatten(1), block_mask(cache.lengths, cache.capacity, structure, visible),
                      w.flatten(), depth_pos.flatten(0, 1))
 
-    def commit(self, fl: Flight, seg: Segments, block: Block, p, k, nxt, path, cache) -> torch.Tensor:
+    def commit(self, fl: Flight, seg: Segments, block: Block, p, support, k, nxt, path, cache) -> torch.Tensor:
         plan, a_t, w_t, length = self.now, self.a_t, self.w_t, self.layout.length
         b, size = plan.rows.shape[0], seg.shape.size
         group = cache.rows // b

@@ -44,13 +44,13 @@ def _mix(x: torch.Tensor) -> torch.Tensor:
 
 def hash_keys(*keys: torch.Tensor | int) -> torch.Tensor:
     """Broadcast the keys together and hash them into uint32 values held in int64."""
-    return torch.from_numpy(_hash_numpy(keys).view(np.int64)) if _small(keys) else _hash_torch(keys)
+    return torch.from_numpy(_hash_small(keys).view(np.int64)) if _small(keys) else _hash_torch(keys)
 
 
 def uniform(*keys: torch.Tensor | int) -> torch.Tensor:
     """Float64 uniforms strictly inside (0, 1), one per broadcast key."""
     if _small(keys):
-        return torch.from_numpy((_hash_numpy(keys) + 0.5) / 2.0**32)
+        return torch.from_numpy((_hash_small(keys) + 0.5) / 2.0**32)
     return (_hash_torch(keys).to(torch.float64) + 0.5) / 2.0**32
 
 
@@ -66,7 +66,14 @@ def _on_cpu(keys) -> bool:
 
 
 def _size(keys) -> int:
-    return math.prod(np.broadcast_shapes(*[tuple(k.shape) for k in keys if torch.is_tensor(k)]))
+    """Elements of the keys' broadcast shape (the keys broadcast by contract)."""
+    shapes = [k.shape for k in keys if torch.is_tensor(k)]
+    dims = [1] * max(map(len, shapes), default=0)
+    for shape in shapes:
+        for i, d in enumerate(shape, len(dims) - len(shape)):
+            if d != 1:
+                dims[i] = d
+    return math.prod(dims)
 
 
 def _small(keys) -> bool:
@@ -84,6 +91,25 @@ def _hash_torch(keys) -> torch.Tensor:
         k = torch.as_tensor(k, dtype=torch.int64)
         h = _mix((h ^ (k & _MASK32)) + 0x632BE5AB & _MASK32)
     return h
+
+
+def _hash_small(keys) -> np.ndarray:
+    """NumPy for a few values; plain integers for one (a single sequence's plain-AR sample)."""
+    shapes = [k.shape for k in keys if torch.is_tensor(k)]
+    if all(math.prod(shape) == 1 for shape in shapes):
+        h = 0x9E3779B9
+        for k in keys:
+            h = _mix_int((h ^ (int(k) & _MASK32)) + 0x632BE5AB & _MASK32)
+        return np.full([1] * max(map(len, shapes), default=0), h, dtype=np.uint64)
+    return _hash_numpy(keys)
+
+
+def _mix_int(x: int) -> int:
+    x ^= x >> 16
+    x = x * 0x7FEB352D & _MASK32
+    x ^= x >> 15
+    x = x * 0x846CA68B & _MASK32
+    return x ^ (x >> 16)
 
 
 def _hash_numpy(keys) -> np.ndarray:

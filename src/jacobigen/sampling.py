@@ -41,11 +41,12 @@ class SamplingConfig:
 
 
 def target_probs(logits: torch.Tensor, sampling: SamplingConfig, allowed: torch.Tensor,
-                 blocked: torch.Tensor | None = None) -> torch.Tensor:
+                 blocked: torch.Tensor | None = None, with_top: bool = False):
     """Turn model logits into target distributions of free positions.
 
     logits: [R, T, V], rows interleaved (cond, uncond) per sequence when guided; allowed: [V]
-    bool (``blocked``, its negation, may be passed precomputed). Returns float32 probabilities [B, T, V]. With top-k the softmax runs on the k-slice only
+    bool (``blocked``, its negation, may be passed precomputed). Returns float32 probabilities [B, T, V]
+    (and, ``with_top``, the top-k ids [B, T, k] or None). With top-k the softmax runs on the k-slice only
     (top-p then sees the dense vector). Forced positions are :class:`TargetPipeline`'s business.
     """
     logits = logits.float()
@@ -55,9 +56,11 @@ def target_probs(logits: torch.Tensor, sampling: SamplingConfig, allowed: torch.
     logits = logits.masked_fill(~allowed if blocked is None else blocked, float("-inf"))  # clears NaN of CFG too
     if sampling.temperature != 1:
         logits = logits / sampling.temperature
+    ids = None
     if sampling.top_k is not None and sampling.top_k < logits.shape[-1]:
         top = logits.topk(sampling.top_k, dim=-1, sorted=False)
-        probs = torch.zeros_like(logits).scatter_(-1, top.indices, top.values.softmax(-1))
+        ids = top.indices
+        probs = torch.zeros_like(logits).scatter_(-1, ids, top.values.softmax(-1))
     else:
         probs = logits.softmax(-1)
     if sampling.top_p is not None and sampling.top_p < 1:
@@ -66,7 +69,7 @@ def target_probs(logits: torch.Tensor, sampling: SamplingConfig, allowed: torch.
         drop = torch.zeros_like(probs, dtype=torch.bool).scatter_(-1, order, before >= sampling.top_p)
         probs = probs.masked_fill(drop, 0.0)
         probs = probs / probs.sum(-1, keepdim=True)
-    return probs
+    return (probs, ids) if with_top else probs
 
 
 class TargetPipeline:
@@ -78,10 +81,13 @@ class TargetPipeline:
         self.sampling = sampling
         self.allowed = layout.allowed(vocab_size, device)
         self.blocked = ~self.allowed
+        k = sampling.top_k
+        self.support_size = k if k is not None and k < vocab_size else None   # ids in with_support's support
         self.forced = layout.forced(device)
         ids = sorted(set(self.forced[self.forced >= 0].tolist()))
         self.onehot = torch.zeros(1 + len(ids), vocab_size, device=device)
         kind = torch.zeros(layout.length + 1, dtype=torch.int64, device=device)   # past the end: free
+        self.ids = torch.tensor([0, *ids], device=device)      # the structural id of each kind
         for i, tok in enumerate(ids):
             self.onehot[1 + i, tok] = 1.0
             kind[:-1][self.forced == tok] = 1 + i
@@ -96,6 +102,15 @@ class TargetPipeline:
 
     def __call__(self, logits: torch.Tensor, gen_positions: torch.Tensor) -> torch.Tensor:
         """logits [R, T, V]; gen_positions [B, T]: generated position of the token each predicts."""
+        return self.with_support(logits, gen_positions)[0]
+
+    def with_support(self, logits: torch.Tensor, gen_positions: torch.Tensor):
+        """(p, support): ``support`` [B, T, k] holds ids outside which p is zero (the top-k ids,
+        the forced id where forced), or is None without top-k."""
         kind = self.kind[gen_positions.clamp(0, self.length)]
-        probs = target_probs(logits, self.sampling, self.allowed, self.blocked)
-        return torch.where((kind > 0)[..., None], self.onehot[kind], probs)
+        probs, top = target_probs(logits, self.sampling, self.allowed, self.blocked, with_top=True)
+        forced = (kind > 0)[..., None]
+        probs = torch.where(forced, self.onehot[kind], probs)
+        if top is not None:
+            top = torch.where(forced, self.ids[kind, None], top)
+        return probs, top
