@@ -19,7 +19,6 @@ from jacobigen.exactness import PROMPT as TINY_PROMPT
 from jacobigen.exactness import exact_distribution, gof_pvalue, layout, sample, tiny_model, tv_distance
 from jacobigen import METHODS, ConfigError, generate
 from jacobigen.cli import main
-from jacobigen.masks import block_mask
 from jacobigen.jacobi import JacobiDecoder
 from jacobigen.pjd import RowParallel
 from jacobigen.sampling import SamplingConfig

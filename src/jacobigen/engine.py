@@ -66,7 +66,7 @@ class Block:
     tokens: torch.Tensor
     node_pos: torch.Tensor
     mask: torch.Tensor
-    m: torch.Tensor
+    m: torch.Tensor | None      # None: no drafts to verify
     depth_pos: torch.Tensor
 
 

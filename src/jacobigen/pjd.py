@@ -247,7 +247,7 @@ class Rows:
         a = plan.rows.shape[1]
         self.a_t, self.w_t = torch.stack([(plan.in_block * torch.arange(1, a + 1, device=self.device)).max(),
                                           plan.w.max()]).tolist()
-        b, wd, length = plan.rows.shape[0], self.wd, self.layout.length
+        b, wd = plan.rows.shape[0], self.wd
         i = torch.arange(wd, device=self.device)
         pos = self.row_start[plan.rows][..., None] + plan.cnt[..., None] + i
         inside = plan.window[..., None] & (plan.cnt[..., None] + i < self.row_len[plan.rows][..., None])
