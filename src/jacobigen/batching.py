@@ -14,14 +14,9 @@ from typing import Callable
 
 import torch
 
-from .engine import Engine, Flight
+from .engine import Engine, Flight, model_rows
 from .errors import ConfigError
 from .stats import DecodeStats
-
-
-def model_rows(rows: torch.Tensor, group: int) -> torch.Tensor:
-    """Model rows of batch rows: a guided sequence owns a (cond, uncond) pair."""
-    return (rows[:, None] * group + torch.arange(group, device=rows.device)).flatten()
 
 
 def decode(engine: Engine, prefixes: list[list[int]], seeds: list[int], batch_size: int | None = None,

@@ -19,12 +19,12 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
-import torch
 from PIL import Image
 from tqdm.auto import tqdm
 
 from .api import generate
 from .costs import block_size, forward_cost_curve, predicted_seconds_per_image
+from .engine import sync
 from .errors import ConfigError, JacobigenError
 from .fid import features, frechet_distance
 from .methods import get_method
@@ -103,11 +103,6 @@ def encode(pipe: Pipeline, prompt: str) -> tuple[list[int], list[int]]:
     return pipe.encode(prompt), uncond_for(prompt) if uncond_for else pipe.uncond
 
 
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def decode_one(pipe: Pipeline, method: str, window: int, prompt: str, seed: int, **sampling) -> Run:
     """Generate one image's tokens with ``method`` (or the plain loop), timed on the wall clock and
     the process CPU clock with the device synchronised at both ends.
@@ -122,7 +117,7 @@ def decode_one(pipe: Pipeline, method: str, window: int, prompt: str, seed: int,
         opts = {k: v for k, v in opts.items() if v is not None}
         if set(opts) - {"cfg", "temperature", "top_k"}:
             raise ConfigError(f"the {PLAIN} baseline takes cfg, temperature and top_k only, got {sorted(opts)}")
-    _sync(device)
+    sync(device)
     wall, cpu = time.perf_counter(), time.process_time()
     if method == PLAIN:
         plain_ar(pipe.model, pipe.layout, tokens, uncond, seed=seed, **opts)
@@ -130,7 +125,7 @@ def decode_one(pipe: Pipeline, method: str, window: int, prompt: str, seed: int,
     else:
         stats = generate(pipe.model, tokens, layout=pipe.layout, uncond=uncond, method=method, window=window,
                          seed=seed, timing=True, **opts).stats
-    _sync(device)
+    sync(device)
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     if stats is None:
         n = pipe.layout.length

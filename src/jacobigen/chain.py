@@ -15,7 +15,7 @@ import functools
 import torch
 
 from .drafters import Slots
-from .engine import Block, Flight, Segments
+from .engine import Block, Flight, Segments, per_model_row
 from .masks import BandMask
 from .mrs import gather_rows
 from .tree import WindowShape
@@ -112,11 +112,15 @@ class Chain:
         k = torch.where(active, k, 0)
         # the accepted path and the sampled token; entries past the path land where later commits
         # overwrite them, finished rows write into slack
-        fl.board.scatter_(1, n[:, None] + self.arange_w, block.tokens.gather(1, path[:, 1:]))
+        if self.shape.drafts:
+            accepted = block.tokens.gather(1, path[:, 1:]) if self.shape.tree else block.tokens[:, 1:]
+            fl.board.scatter_(1, n[:, None] + self.arange_w, accepted)
         fl.board.scatter_(1, (n + k)[:, None], nxt[:, None])
         self.step = (k + 1) * active
         group = cache.rows // n.shape[0]
-        cache.commit(path.repeat_interleave(group, 0) if self.shape.tree else None, self.step.repeat_interleave(group))
+        # a chain keeps a prefix of its block, already in place; a tree's path is moved there
+        keep = per_model_row(path, group) if self.shape.tree else None
+        cache.commit(keep, per_model_row(self.step, group))
         self.p = p if not self.shape.tree else p[:, self.spine]
         self.support = support if support is None or not self.shape.tree else support[:, self.spine]
         return self.step

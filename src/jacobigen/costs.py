@@ -12,6 +12,7 @@ import time
 
 import torch
 
+from .engine import sync
 from .masks import block_mask, causal
 from .tree import WindowShape
 
@@ -28,13 +29,11 @@ def forward_cost_curve(model, sizes: list[int], context: int = 64, reps: int = 5
             tokens = torch.zeros(1, size, dtype=torch.int64, device=device)
             positions = torch.arange(context, context + size, device=device)[None]
             mask = block_mask(cache.lengths, cache.capacity, causal(size, device))
-            if device.type == "cuda":
-                torch.cuda.synchronize(device)
+            sync(device)
             t0 = time.perf_counter()
             with torch.inference_mode():
                 model(tokens, positions, mask, cache)
-            if device.type == "cuda":
-                torch.cuda.synchronize(device)
+            sync(device)
             times.append(time.perf_counter() - t0)
         curve[size] = statistics.median(times[1:])
     return curve

@@ -22,6 +22,24 @@ from .tree import WindowShape
 from .verifiers import Window
 
 
+def model_rows(rows: torch.Tensor, group: int) -> torch.Tensor:
+    """Model rows of batch rows: a guided sequence owns a (cond, uncond) pair."""
+    return (rows[:, None] * group + torch.arange(group, device=rows.device)).flatten()
+
+
+def per_model_row(x: torch.Tensor, group: int) -> torch.Tensor:
+    """x [B, ...] repeated for each model row of its sequence: [B * group, ...]."""
+    if group == 1:
+        return x
+    return x.unsqueeze(1).expand(-1, group, *x.shape[1:]).reshape(-1, *x.shape[1:])
+
+
+def sync(device: torch.device) -> None:
+    """Wait for an accelerator's queued work (a no-op on the CPU), for honest timings."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
 @dataclass
 class Flight:
     """What every schedule keeps per batch row: row r decodes sequence ``seq[r]`` (-1: free)."""
@@ -79,29 +97,23 @@ class Engine:
         self.device = next(model.parameters()).device
         self.group = 2 if sampling.guided else 1
         self.targets_of = targets
-        self.sync = timing and self.device.type == "cuda"     # timing syncs only when asked
+        self.timed = timing and self.device.type == "cuda"     # timing syncs only when asked
         self.nfe, self.forward_time = 0, 0.0
 
     # --- model access -----------------------------------------------------------------------
 
     def forward(self, fl: Flight, block: Block, cache) -> torch.Tensor:
         """One forward of the batch's block; a guided sequence runs as a (cond, uncond) row pair."""
-        tokens, node_pos = self.per_model_row(block.tokens), self.per_model_row(block.node_pos)
+        tokens, node_pos = per_model_row(block.tokens, self.group), per_model_row(block.node_pos, self.group)
         return self._run_model(tokens, fl.base[:, None] + node_pos, block.mask, cache)
 
-    def per_model_row(self, x: torch.Tensor) -> torch.Tensor:
-        """x [B, ...] repeated for each model row of a sequence [B * group, ...]."""
-        if self.group == 1:
-            return x
-        return x.unsqueeze(1).expand(-1, self.group, *x.shape[1:]).reshape(-1, *x.shape[1:])
-
     def _run_model(self, tokens, positions, mask, cache) -> torch.Tensor:
-        if self.sync:
-            torch.cuda.synchronize(self.device)
+        if self.timed:
+            sync(self.device)
         t0 = time.perf_counter()
         logits = self.model(tokens, positions, mask, cache)
-        if self.sync:
-            torch.cuda.synchronize(self.device)
+        if self.timed:
+            sync(self.device)
         self.forward_time += time.perf_counter() - t0
         self.nfe += 1
         return logits
@@ -109,7 +121,7 @@ class Engine:
     @property
     def measured_forward_time(self) -> float | None:
         """Seconds in the model forward; None on an accelerator unless ``timing`` synced it."""
-        return self.forward_time if self.sync or self.device.type == "cpu" else None
+        return self.forward_time if self.timed or self.device.type == "cpu" else None
 
     def prefill(self, prefixes: list[list[int]], cache, seeds: torch.Tensor) -> torch.Tensor:
         """One forward over all prompts (model rows, right-padded) into ``cache``; returns the first

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 import torch
 
 from .drafters import Slots
-from .engine import Block, Flight, Segments
+from .engine import Block, Flight, Segments, model_rows, per_model_row
 from .errors import ConfigError
 from .masks import block_mask
 from .rng import Stream
@@ -192,15 +192,14 @@ class Rows:
         self.uncached[rows] = False
         self.uncached[rows, 0] = True
         group = cache.rows // fresh.shape[0]
-        mrows = (rows[:, None] * group + torch.arange(group, device=self.device)).flatten()
+        mrows = model_rows(rows, group)
         slots = torch.arange(cache.capacity, device=self.device)
         self.slot_pos[mrows] = torch.where(slots[None] < cache.lengths[mrows, None], -1, self.layout.length)
         self.memory.window[rows] = False
 
     def select(self, rows: torch.Tensor) -> None:
         group = self.slot_pos.shape[0] // self.cnt.shape[0]
-        mrows = (rows[:, None] * group + torch.arange(group, device=self.device)).flatten()
-        self.cnt, self.uncached, self.slot_pos = self.cnt[rows], self.uncached[rows], self.slot_pos[mrows]
+        self.cnt, self.uncached, self.slot_pos = self.cnt[rows], self.uncached[rows], self.slot_pos[model_rows(rows, group)]
         m = self.memory
         self.memory = Memory(m.base[rows], m.window[rows], m.cnt[rows], m.w[rows], m.p[rows], m.tokens[rows],
                              m.q[rows])
@@ -297,10 +296,8 @@ class Rows:
         anchors = fl.board.gather(1, apos.clamp(min=0)).flatten()
         tokens = shape.block_tokens(anchors, seg.window.tokens, seg.window.cand).view(b, -1)
 
-        def rep(x):
-            return x.repeat_interleave(group, 0)
-        structure, visible = row_causal_mask(rep(apos), rep(shared), rep(node_ok), self.slot_pos,
-                                             shape.structure(self.device))
+        structure, visible = row_causal_mask(*(per_model_row(x, group) for x in (apos, shared, node_ok)),
+                                             self.slot_pos, shape.structure(self.device))
         self.node_ok = node_ok
         depth_pos = apos[..., None] + 1 + torch.arange(w_t + 1, device=self.device)
         return Block(tokens, node_pos.flatten(1), block_mask(cache.lengths, cache.capacity, structure, visible),
@@ -327,8 +324,8 @@ class Rows:
         keep[..., 0] = plan.shared[:, :a_t] & self.node_ok[..., 0]
         keep_idx, counts = _kept(keep.flatten(1))
         dst = cache.lengths[:, None] + torch.arange(keep_idx.shape[1], device=self.device)
-        self.slot_pos.scatter_(1, dst, block.node_pos.gather(1, keep_idx).repeat_interleave(group, 0))
-        cache.commit(keep_idx.repeat_interleave(group, 0), counts.repeat_interleave(group))
+        self.slot_pos.scatter_(1, dst, per_model_row(block.node_pos.gather(1, keep_idx), group))
+        cache.commit(per_model_row(keep_idx, group), per_model_row(counts, group))
 
         apos = plan.anchor_pos[:, :a_t]
         kept_tails = torch.zeros_like(self.cnt)
