@@ -9,7 +9,7 @@ import torch
 
 from jacobigen.drafters import Coupled, GumbelShared, Independent, VerificationPrior
 from jacobigen.rng import Stream
-from jacobigen.tree import ProactiveTree
+from jacobigen.tree import ProactiveTree, TreeNodes
 from jacobigen.verifiers import Verifier
 
 
@@ -81,3 +81,30 @@ class NarrowSupport(GumbelShared):
         if slots.support is not None:
             slots = replace(slots, support=slots.support[..., :1])
         return super().draft(slots, draws)
+
+
+class PeekingTree(Verifier):
+    """Not one of DESIGN.md's seven, but the rule the budgeted tree must keep: its shape may depend
+    on q, never on p. This one spends the budget after the forward: of the nodes in the block it
+    keeps the ``budget`` off-spine ones that the target, not the draft, values most (product of p
+    along the path), as a budget rule that read the fresh targets would."""
+
+    budget = 2
+
+    def verify(self, p, window, m, positions, draws):
+        tree = window.tree
+        if tree is not None:
+            uni, v = tree.universe, p.shape[-1]
+            at = torch.where(uni.parent >= 0, tree.index.gather(1, uni.parent.clamp(min=0).expand(p.shape[0], -1)), 0)
+            cand = window.cand.flatten(1)[:, (uni.level - 1) * uni.width + uni.rank]
+            p_c = p.gather(1, at.clamp(min=0)[..., None].expand(-1, -1, v)).gather(-1, cand[..., None])[..., 0]
+            by_p = torch.ones_like(p_c)
+            for t in range(1, uni.levels + 1):       # product of p along each node's path
+                lvl = uni.level == t
+                up = by_p.gather(1, uni.parent.clamp(min=0).expand(p.shape[0], -1))
+                by_p = torch.where(lvl, p_c * torch.where(uni.parent >= 0, up, 1.0), by_p)
+            scores = uni.scores(by_p, tree.index >= 0)
+            best = torch.where(uni.spine, float("-inf"), scores).topk(self.budget, 1).values[:, -1:]
+            keep = uni.spine | ((scores >= best) & (scores > float("-inf")))
+            window = replace(window, tree=TreeNodes(uni, torch.where(keep, tree.index, -1), tree.spine, tree.ranks))
+        return super().verify(p, window, m, positions, draws)

@@ -67,7 +67,7 @@ def test_refilled_batches_are_exact_per_sequence(method):
     tiny, lay, plain = tiny_model(), layout(True), SamplingConfig()
     prompts = [[5, 6], [1, 2, 5, 6, 2]]
     n = 20_000
-    parts = METHODS[method].build(4, **({"tree_depth": 2, "tree_width": 2} if "pac" in method else {}))
+    parts = METHODS[method].build(4, **({"tree_depth": 3, "tree_width": 2} if "pac" in method else {}))
     rows = [prompts[i % 2] for i in range(2 * n)]
     tokens, stats = make_decoder(tiny, lay, plain, parts).run(rows, list(range(2 * n)), batch_size=64)
     assert len(set(stats.sequence_nfe)) > 1           # sequences did finish at different iterations

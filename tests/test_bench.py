@@ -100,12 +100,15 @@ def test_figures_follow_model_and_seed():
     assert nfe(1, [0]) != base or nfe(0, [1]) != base
 
 
-def test_block_sizes_count_tree_nodes_and_pjd_segments():
+def test_block_sizes_carve_the_tree_and_count_pjd_segments():
     from jacobigen import METHODS
     from jacobigen.costs import block_size
 
     layout = random_pipeline().layout                       # 16 x 16 with EOL
     assert block_size(METHODS["sjd"].build(16), layout) == 16
-    assert block_size(METHODS["sjd-pac"].build(16), layout) == 1 + 4 + 16 + 64 + 12
+    assert block_size(METHODS["sjd-pac"].build(16), layout) == 16        # the tree is part of the window
+    assert block_size(METHODS["sjd-pac"].build(32, tree_budget="full"), layout) == 32
     rows = METHODS["pjd"].build(16, pjd_context=4).layout2d.segments(16, 16)
     assert rows == 5 and block_size(METHODS["pjd"].build(16, pjd_context=4), layout) == 5 * 16
+    # PJD's rows add their tree (default budget 3) to each row's window
+    assert block_size(METHODS["pjd+scd-mc+pac"].build(16, pjd_context=4), layout) == 5 * (16 + 3)

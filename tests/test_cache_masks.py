@@ -1,5 +1,6 @@
 """The ragged cache and masks against brute force: decoding through them equals one plain forward."""
 
+import pytest
 import torch
 
 from jacobigen.masks import block_mask, causal, prefix_structure
@@ -54,18 +55,63 @@ def test_commit_arbitrary_subset_equals_plain_forward():
     torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
 
 
-def test_tree_structure_matches_paths():
-    """Brute force: name every block node by its path of sibling ranks from the root; a node may
-    attend to exactly the nodes whose path is a prefix of its own (itself included)."""
+def test_tree_block_matches_paths():
+    """Brute force over random drafts: name every node by its path of sibling ranks from the root.
+    The chosen off-spine nodes are the ``count`` best by the least value among a node and its
+    prerequisites (parent, lower ranks), closed under both; a node attends to exactly the nodes
+    whose path is a prefix of its own; spine first, then the tree, then padding that sees the root."""
+    import random
     from itertools import product
 
-    from jacobigen.tree import WindowShape
+    from jacobigen.tree import arrange, select, universe
 
-    shape = WindowShape(drafts=5, depth=2, width=3)
-    paths = [()] + [p for t in (1, 2) for p in product(range(3), repeat=t)]
-    paths += [(0, 0) + (0,) * i for i in range(1, 4)]          # chain hangs from the all-first path
-    assert len(paths) == shape.size
-    want = torch.tensor([[pi[:len(pj)] == pj for pj in paths] for pi in paths])
-    assert torch.equal(shape.structure(), want)
-    assert shape.node_depth().tolist() == [len(p) for p in paths]
-    assert [paths[i] for i in shape.spine().tolist()] == [(0,) * t for t in range(6)]
+    levels, width, drafts = 2, 3, 8
+    uni = universe(levels, width, torch.device("cpu"))
+    paths = [p for t in range(1, levels + 1) for p in product(range(width), repeat=t)]
+    for seed in range(20):
+        random.seed(seed)
+        torch.manual_seed(seed)
+        cand_q = torch.rand(1, levels, width)
+        ok = torch.rand(1, uni.size) > 0.1
+        values = uni.values(cand_q)
+        scores = uni.scores(values, ok)
+
+        def value(p):
+            return float(torch.prod(torch.tensor([cand_q[0, t, r] for t, r in enumerate(p)])))
+
+        def worth(p):          # the least value among p and its prerequisites; spine: always in
+            if not any(p):
+                return float("inf")
+            u = paths.index(p)
+            own = value(p) if ok[0, u] else float("-inf")
+            pre = [worth(p[:-1])] if len(p) > 1 else []
+            pre += [worth(p[:-1] + (p[-1] - 1,))] if p[-1] > 0 else []
+            return min([own, *pre])
+        assert [worth(p) for p in paths] == pytest.approx(scores[0].tolist())
+
+        count = random.randint(0, 6)
+        nodes = select(uni, scores, torch.tensor([count]), torch.tensor([drafts - count]))
+        tb = arrange(nodes, torch.tensor([9]), torch.arange(10, 10 + drafts)[None],
+                     torch.arange(100, 100 + levels * width).view(1, levels, width), drafts + 1)
+        off = [p for p in paths if any(p)]
+        ranking = sorted((p for p in off if worth(p) > float("-inf")), key=lambda p: (-worth(p), paths.index(p)))
+        chosen = set(ranking[:count])
+        for p in chosen:   # closed under parents and lower ranks (the spine is always in)
+            prerequisites = [p[:-1]] + ([p[:-1] + (p[-1] - 1,)] if p[-1] else [])
+            assert all(not any(x) or x in chosen for x in prerequisites)
+        spine = drafts - count
+        names = [(0,) * i for i in range(spine + 1)] + sorted(chosen, key=paths.index)
+        n_real = len(names)
+        assert tb.nodes.spine.tolist() == [spine] and tb.real[0].tolist() == [i < n_real for i in range(drafts + 1)]
+        for u, p in enumerate(paths):
+            want = len(p) if not any(p) else (names.index(p) if p in chosen else -1)
+            assert int(tb.nodes.index[0, u]) == want
+        assert tb.nodes.ranks == [max([p[t] + 1 for p in chosen if len(p) == t + 1], default=1) for t in range(levels)]
+        for i, pi in enumerate(names):
+            assert int(tb.depth[0, i]) == len(pi)
+            token = 9 if not pi else (10 + len(pi) - 1 if not any(pi) else 100 + (len(pi) - 1) * width + pi[-1])
+            assert int(tb.tokens[0, i]) == token
+            for j, pj in enumerate(names):
+                assert bool(tb.structure[0, i, j]) == (pi[:len(pj)] == pj)
+        for i in range(n_real, drafts + 1):
+            assert tb.structure[0, i].nonzero().flatten().tolist() == [0, i]

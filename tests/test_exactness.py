@@ -13,16 +13,17 @@ from jacobigen.jacobi import Parts
 from jacobigen.sampling import SamplingConfig
 from jacobigen.tree import ProactiveTree
 from jacobigen.verifiers import Verifier
-from mutants import (CarryOldQ, MinimumAcceptance, NarrowSupport, ResidualFromTarget, ResidualUnlessUnitMass,
-                     SiblingsWithReplacement, StaleQ, UnfusedQ)
+from mutants import (CarryOldQ, MinimumAcceptance, NarrowSupport, PeekingTree, ResidualFromTarget,
+                     ResidualUnlessUnitMass, SiblingsWithReplacement, StaleQ, UnfusedQ)
 
 N = 20_000
 PASS, FAIL = 1e-4, 1e-8
 SAMPLINGS = {"plain": SamplingConfig(), "cfg-topp": SamplingConfig(cfg=2.0, top_p=0.95, temperature=0.9),
              "topk": SamplingConfig(top_k=2, cfg=1.5)}
 LOSSLESS = [name for name, m in METHODS.items() if m.lossless and name != "ar"]
-# Small trees so that the 3-id test vocabulary exercises both full and exhausted sibling sets.
-SMALL_TREE = {"tree_depth": 2, "tree_width": 2}
+# Small trees so that the 3-id test vocabulary exercises both full and exhausted sibling sets
+# (depth counts the root: depth 3 puts siblings at two drafted depths).
+SMALL_TREE = {"tree_depth": 3, "tree_width": 2}
 
 
 @pytest.fixture(scope="module")
@@ -60,7 +61,7 @@ def test_sjd_is_exact(model, exact, window, eol, sampling):
 @pytest.mark.parametrize("method", LOSSLESS)
 def test_every_lossless_preset_is_exact(model, exact, method, window):
     spec = METHODS[method]
-    opts = {k: v for k, v in {**SMALL_TREE, "tree_depth": 3 if window == 8 else 2}.items()
+    opts = {k: v for k, v in {**SMALL_TREE, "tree_depth": 4 if window == 8 else 3}.items()
             if k in spec.options}
     sampling = "cfg-topp" if window == 8 else "plain"
     assert pvalue(model, exact, spec.build(window, **opts), True, sampling) > PASS
@@ -81,9 +82,21 @@ def test_narrowed_support_is_rejected(model, exact):
 
 
 @pytest.mark.slow
-def test_default_tree_is_exact(model, exact):
-    """Paper defaults (depth 3, width 4 > the 3 image ids): exhausted sibling sets."""
-    assert pvalue(model, exact, METHODS["sjd-pac"].build(6)) > PASS
+@pytest.mark.parametrize("budget,window", [("auto", 6), ("full", 21)])
+def test_default_tree_is_exact(model, exact, budget, window):
+    """Paper defaults (depth 3, width 4 > the 3 image ids): exhausted sibling sets; the reference's
+    21-node tree at the smallest window that holds it, and the automatic budget."""
+    assert pvalue(model, exact, METHODS["sjd-pac"].build(window, tree_budget=budget)) > PASS
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("budget,sampling", [(1, "plain"), (3, "cfg-topp"), ("full", "plain"), ("full", "cfg-topp"),
+                                             ("auto", "cfg-topp")])
+def test_budgeted_trees_are_exact(model, exact, budget, sampling):
+    """Width 2 below the 3 image ids, so siblings are tested and rejected; the budget picks which
+    of the 4 off-spine nodes of a depth-3 tree go into the window of 8."""
+    parts = METHODS["sjd-pac"].build(8, tree_depth=3, tree_width=2, tree_budget=budget)
+    assert pvalue(model, exact, parts, True, sampling) > PASS
 
 
 @pytest.mark.slow
@@ -113,9 +126,16 @@ def sharp_pvalue(sharp, parts):
 
 @pytest.mark.slow
 def test_tree_mutant_rejected_where_siblings_matter(sharp):
-    """Mutant 5: a 3-wide tree over the 3 image ids; the correct tree passes at the same settings."""
-    assert sharp_pvalue(sharp, Parts(Independent(), Verifier(), 3, ProactiveTree(2, 3))) > PASS
-    assert sharp_pvalue(sharp, Parts(Independent(), Verifier(), 3, SiblingsWithReplacement(2, 3))) < FAIL
+    """Mutant 5: a full 3-wide tree over the 3 image ids; the correct tree passes at the same settings."""
+    assert sharp_pvalue(sharp, Parts(Independent(), Verifier(), 13, ProactiveTree(3, 3, "full"))) > PASS
+    assert sharp_pvalue(sharp, Parts(Independent(), Verifier(), 13, SiblingsWithReplacement(3, 3, "full"))) < FAIL
+
+
+@pytest.mark.slow
+def test_tree_shape_that_peeks_at_the_target_is_rejected(sharp):
+    """A tree whose budget is spent with p: of the full tree in the block, only the two off-spine
+    nodes the target values most are verified."""
+    assert sharp_pvalue(sharp, Parts(Independent(), PeekingTree(), 13, ProactiveTree(3, 3, "full"))) < FAIL
 
 
 STRONG_VP = dict(history=2, growth_steps=1, top_k=3, weight=8.0, decay=0.5)

@@ -40,6 +40,7 @@ def test_tiny_run_writes_curve_and_preset_rows(tmp_path):
     lossless = [n for n, m in jacobigen.METHODS.items() if m.lossless]
     done = {(r["method"], r["window"]) for r in over["runs"]} | {(s["method"], s["window"]) for s in over["skipped"]}
     expected = {(n, 1 if jacobigen.METHODS[n].window else w) for n in lossless for w in (16, 32)}
+    expected.add(("sjd-pac[tree_budget=full,window=64]", 64))      # the reference tree, pinned window
     assert done == expected
     assert over["runs"], "every preset skipped"
     for r in over["runs"]:

@@ -45,7 +45,7 @@ def tiny():
 ])
 def test_one_row_at_a_time_is_exact(tiny, method, rows, cols, eol, sampling, window):
     s, lay = SAMPLINGS[sampling], layout(eol, rows, cols)
-    options = {"tree_depth": 2, "tree_width": 2} if "pac" in method else {}
+    options = {"tree_depth": 3, "tree_width": 2} if "pac" in method else {}
     samples = sample(tiny, lay, s, METHODS[method].build(window, pjd_context=cols, **options), N)
     assert gof_pvalue(exact_distribution(tiny, lay, s), samples) > PASS
 

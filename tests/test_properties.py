@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from jacobigen.drafters import Coupled, GumbelShared, Independent, Slots, VerificationPrior
 from jacobigen.draws import Draws
 from jacobigen.mrs import residual
-from jacobigen.tree import ProactiveTree, WindowShape
+from jacobigen.tree import ProactiveTree
 from jacobigen.verifiers import Verifier, Window, without
 
 WEIGHTS = st.sampled_from([0.0, 0.0, 0.0, 1e-30, 1e-7, 0.25, 1.0, 1.0, 4.0])
@@ -50,9 +50,8 @@ def test_verifier_commits_only_supported_tokens(case):
     draws = draws_for(b, seed)
     pos = torch.arange(w)[None].expand(b, -1)
     d = draws.sample(q, pos, 9)
-    shape = WindowShape(w)
     window = Window(d, q, torch.zeros(b, 0, 1, dtype=torch.int64), torch.zeros(b, 0, 1, dtype=torch.bool))
-    k, x, path = Verifier().verify(p, window, shape, torch.full((b,), w), torch.arange(w + 1)[None].expand(b, -1), draws)
+    k, x, path = Verifier().verify(p, window, torch.full((b,), w), torch.arange(w + 1)[None].expand(b, -1), draws)
     assert ((0 <= k) & (k <= w)).all()
     for i in range(b):
         ki = int(k[i])
@@ -99,7 +98,7 @@ def test_tree_candidates_distinct_and_supported(case, width):
     draws = draws_for(b, seed)
     pos = torch.arange(w)[None].expand(b, -1)
     first = draws.sample(q, pos, 9)
-    cand, valid = ProactiveTree(w, width).expand(first, q, pos, draws)
+    cand, valid = ProactiveTree(w + 1, width).expand(first, q, pos, draws)
     assert torch.equal(cand[..., 0], first)
     for i in range(b):
         for t in range(w):

@@ -44,9 +44,11 @@ except ImportError:   # not installed (e.g. a bare GPU machine): use the checkou
 import torch
 
 from jacobigen.costs import block_size
+from jacobigen.methods import split_variants
 from jacobigen.masks import block_mask, causal
 
-MIN_TRANSFORMERS = "5.24"   # pyproject's families extra: the adapter's ``cache=`` keyword
+MIN_TRANSFORMERS = "5.24"
+REFERENCE_TREE = "sjd-pac[tree_budget=full,window=64]"   # the authors' 21-node tree in their 64-token block   # pyproject's families extra: the adapter's ``cache=`` keyword
 
 # Lumina-mGPT-7B is Chameleon-7B's architecture (qk-norm over (heads, head_dim) in every layer,
 # swin_norm off, no GQA). Lumina raises the context above Chameleon's 4096; only RoPE (computed on
@@ -191,6 +193,7 @@ def cost_curve(model, device, sizes, context, rows, reps, warmup, budget, result
 def preset_overhead(model, device, info, grid, windows, methods, budget, result, prompt_len=16, seed=0):
     from jacobigen import METHODS, ImageLayout, generate
     from jacobigen.families.chameleon import DEFAULTS
+    from jacobigen.methods import parse_variant
 
     lo, hi = info["image_ids"]
     # stand-ins outside the image range for <reserved08799> (EOL) and <eoss> (end of image)
@@ -202,16 +205,17 @@ def preset_overhead(model, device, info, grid, windows, methods, budget, result,
     sampling = dict(DEFAULTS)
     timing = "timing" in inspect.signature(generate).parameters
     extra = {"timing": True} if timing else {}
-    methods = methods or [name for name, m in METHODS.items() if m.lossless]
-    runs = [(name, 1 if METHODS[name].window else w) for name in methods for w in windows]
+    methods = methods or [*(name for name, m in METHODS.items() if m.lossless), REFERENCE_TREE]
+    runs = [(name, parse_variant(name).window or w) for name in methods for w in windows]
     runs = list(dict.fromkeys(runs))          # ar has a fixed window: once
     result.update(layout={"rows": grid, "cols": grid, "eol": True, "length": layout.length},
                   prompt_tokens=len(prompt), uncond_tokens=len(uncond), sampling=sampling,
                   timing_keyword=timing, seed=seed, runs=[], skipped=[], errors=[])
 
     def run(name, window):
-        gen = generate(model, prompt, layout=layout, method=name, window=window, seed=seed,
-                       uncond=uncond, **sampling, **extra)
+        v = parse_variant(name)
+        gen = generate(model, prompt, layout=layout, method=v.method.name, window=window, seed=seed,
+                       uncond=uncond, **v.options, **sampling, **extra)
         return gen.stats
 
     t_part = time.perf_counter()
@@ -236,7 +240,7 @@ def preset_overhead(model, device, info, grid, windows, methods, budget, result,
         iters = len(getattr(s, "committed", None) or []) or max(s.nfe - 1, 1)
         over = s.wall_time - s.forward_time
         try:
-            block = block_size(METHODS[name].build(window), layout)
+            block = block_size(parse_variant(name).build(window), layout)
         except Exception:
             block = None
         result["runs"].append({
@@ -279,7 +283,8 @@ def embedded_bench(out: Path, device: str, methods: str, windows: str, prompts: 
         raise RuntimeError(f"jacobigen bench exited with {proc.returncode}:\n{(proc.stdout + proc.stderr)[-1500:]}")
     bench = json.loads((dest / "bench.json").read_text())
     result["rows"] = [{k: r.get(k) for k in ("method", "window", "lossless", "nfe", "wall", "forward",
-                                             "step_compression", "latency_speedup", "overhead_share")}
+                                             "step_compression", "latency_speedup", "overhead_share", "nodes",
+                                             "tokens_per_node", "sibling_tokens")}
                       for r in bench.get("rows", [])]
 
 
@@ -388,7 +393,7 @@ def parse(argv=None):
     p.add_argument("--skip-overhead", action="store_true")
     p.add_argument("--skip-embedded", action="store_true")
     p.add_argument("--embedded-timeout", type=float, default=None, help="seconds for part c")
-    p.add_argument("--embedded-methods", default="sjd,scd-mc,scd-gs,sjd-pac")
+    p.add_argument("--embedded-methods", default=f"sjd,scd-mc,scd-gs,sjd-pac,{REFERENCE_TREE}")
     p.add_argument("--embedded-windows", default="16,32")
     p.add_argument("--embedded-prompts", type=int, default=2)
     p.add_argument("--keep-plots", action="store_true", help="keep the embedded bench's PNGs")
@@ -463,7 +468,7 @@ def main(argv=None) -> dict:
                                                                args.reps, args.warmup, args.budget_curve, res)),
         ("overhead", args.skip_overhead, lambda res: preset_overhead(
             model, device, report["model"], args.grid, args.windows,
-            args.methods.split(",") if args.methods else None, args.budget_overhead, res)),
+            split_variants(args.methods) if args.methods else None, args.budget_overhead, res)),
     ]:
         if skip:
             continue

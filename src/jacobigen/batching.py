@@ -91,7 +91,7 @@ def _decode(engine: Engine, prefixes, seeds, batch_size, on_progress):
         step = engine.step(fl, cache, running)
         fl.committed = fl.committed + step
         fl.live = running
-        stats.record(fl.seq, step, running)
+        stats.record(fl.seq, step, running, *sched.tally)
         was, running = running, fl.committed < length
         done = was & ~running
         if on_progress:                                # the one host read of the iteration

@@ -27,7 +27,7 @@ from .costs import block_size, forward_cost_curve, predicted_seconds_per_image
 from .engine import sync
 from .errors import ConfigError, JacobigenError
 from .fid import features, frechet_distance
-from .methods import get_method
+from .methods import parse_variant
 from .pipeline import Pipeline
 from .plain_ar import plain_ar
 from .threads import choose_threads, environment, environment_line, loadavg
@@ -48,6 +48,8 @@ class Row:
     cpu: float = 0.0           # CPU seconds per image, all threads (mean, process_time around the call)
     forward: float | None = 0.0  # seconds in the model forward per image (None: not measured)
     histogram: dict = field(default_factory=dict)
+    nodes: float = 0.0                  # block nodes per iteration (mean)
+    sibling_tokens: float = 0.0         # tokens per image committed from off-spine tree nodes (mean)
     step_compression: float = 0.0
     latency_speedup: float = 0.0        # wall time, against the faster baseline
     cpu_speedup: float = 0.0            # CPU time, against the baseline with less CPU time
@@ -65,6 +67,16 @@ class Row:
         return self.histogram.get(1, 0) / total if total else 0.0
 
     @property
+    def tokens_per_iteration(self) -> float:
+        total = sum(self.histogram.values())
+        return sum(k * v for k, v in self.histogram.items()) / total if total else 0.0
+
+    @property
+    def tokens_per_node(self) -> float:
+        """Committed tokens per evaluated block node."""
+        return self.tokens_per_iteration / self.nodes if self.nodes else 0.0
+
+    @property
     def overhead_share(self) -> float | None:
         return None if self.forward is None or not self.wall else 1 - self.forward / self.wall
 
@@ -74,6 +86,7 @@ class Row:
         def mean(old, new):
             return (old * n + new) / (n + 1)
         self.nfe, self.wall, self.cpu = mean(self.nfe, run.nfe), mean(self.wall, run.wall), mean(self.cpu, run.cpu)
+        self.nodes, self.sibling_tokens = mean(self.nodes, run.nodes), mean(self.sibling_tokens, run.sibling_tokens)
         self.forward = None if run.forward is None or self.forward is None else mean(self.forward, run.forward)
         for k, v in run.histogram.items():
             self.histogram[k] = self.histogram.get(k, 0) + v
@@ -81,17 +94,21 @@ class Row:
 
     def as_dict(self) -> dict:
         return {**asdict(self), "single_token_share": self.single_token_share,
-                "overhead_share": self.overhead_share}
+                "overhead_share": self.overhead_share, "tokens_per_iteration": self.tokens_per_iteration,
+                "tokens_per_node": self.tokens_per_node}
 
 
 @dataclass
 class Run:
-    """One image's decode: forward passes, wall and CPU seconds, forward seconds, histogram."""
+    """One image's decode: forward passes, wall and CPU seconds, forward seconds, histogram, block
+    nodes per iteration and tokens committed from off-spine tree nodes."""
     nfe: int
     wall: float
     cpu: float
     forward: float | None
     histogram: dict
+    nodes: float
+    sibling_tokens: int
 
 
 def encode(pipe: Pipeline, prompt: str) -> tuple[list[int], list[int]]:
@@ -104,8 +121,8 @@ def encode(pipe: Pipeline, prompt: str) -> tuple[list[int], list[int]]:
 
 
 def decode_one(pipe: Pipeline, method: str, window: int, prompt: str, seed: int, **sampling) -> Run:
-    """Generate one image's tokens with ``method`` (or the plain loop), timed on the wall clock and
-    the process CPU clock with the device synchronised at both ends.
+    """Generate one image's tokens with ``method`` (a preset or ``NAME[key=value,...]``, or the plain
+    loop), timed on the wall clock and the process CPU clock with the device synchronised at both ends.
 
     The plain loop's forward passes are counted, not measured: one prefill (which gives the first
     token) and one per further token, ``layout.length`` in all, the same count as ``ar``'s, so its
@@ -123,27 +140,38 @@ def decode_one(pipe: Pipeline, method: str, window: int, prompt: str, seed: int,
         plain_ar(pipe.model, pipe.layout, tokens, uncond, seed=seed, **opts)
         stats = None
     else:
-        stats = generate(pipe.model, tokens, layout=pipe.layout, uncond=uncond, method=method, window=window,
-                         seed=seed, timing=True, **opts).stats
+        v = parse_variant(method)
+        stats = generate(pipe.model, tokens, layout=pipe.layout, uncond=uncond, method=v.method.name,
+                         window=v.window or window, seed=seed, timing=True, **v.options, **opts).stats
     sync(device)
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     if stats is None:
         n = pipe.layout.length
-        return Run(n, wall, cpu, None, {1: n - 1})
-    return Run(stats.nfe, wall, cpu, stats.forward_time, stats.histogram())
+        return Run(n, wall, cpu, None, {1: n - 1}, 1.0, 0)
+    return Run(stats.nfe, wall, cpu, stats.forward_time, stats.histogram(), stats.nodes_per_iteration,
+               sum(stats.sibling_tokens))
 
 
 CANDIDATE_WINDOWS = [4, 8, 16, 32, 64]
 
 
-def choose_window(pipe: Pipeline, spec, prompt: str, seed: int, curve: dict[int, float],
+def fits(variant, window: int, why: bool = False):
+    """Whether the variant's parts build at this window (with ``why``: the reason it does not)."""
+    try:
+        variant.build(window)
+    except ConfigError as e:
+        return str(e) if why else False
+    return None if why else True
+
+
+def choose_window(pipe: Pipeline, variant, prompt: str, seed: int, curve: dict[int, float],
                   **sampling) -> tuple[int, dict[int, float]]:
     """Pilot the method at each candidate window and pick the one with the lowest predicted
     time per image on this device: NFE(window) x forward cost(block size(window))."""
     predicted = {}
-    for w in CANDIDATE_WINDOWS:
-        run = decode_one(pipe, spec.name, w, prompt, seed, **sampling)
-        block = block_size(spec.build(w), pipe.layout)
+    for w in [w for w in CANDIDATE_WINDOWS if fits(variant, w)]:
+        run = decode_one(pipe, variant.label, w, prompt, seed, **sampling)
+        block = block_size(variant.build(w), pipe.layout)
         predicted[w] = predicted_seconds_per_image(run.nfe, block, curve)
     return min(predicted, key=predicted.get), predicted
 
@@ -159,22 +187,25 @@ def run_bench(pipe: Pipeline, methods: list[str], windows: list, prompts: list[s
     baselines, warm-up time, cost curve, machine and load average before and after.
     """
     extra: dict = {**environment(pipe.model), "loadavg_before": loadavg()}
-    specs = [get_method(m) for m in dict.fromkeys(["ar", *methods]) if m != PLAIN]
+    specs = [parse_variant(m) for m in dict.fromkeys(["ar", *methods]) if m != PLAIN]
     fixed = [w for w in windows if w != "auto"]
     configs = [("ar", 1, False, True), (PLAIN, 1, False, True)]
-    configs += [(s.name, s.window, False, s.lossless) for s in specs[1:] if s.window]
-    configs += [(s.name, w, False, s.lossless) for s in specs if not s.window for w in fixed]
+    configs += [(s.label, s.window, False, s.method.lossless) for s in specs[1:] if s.window]
+    extra["skipped"] = {f"{s.label} @ {w}": fits(s, w, why=True) for s in specs if not s.window for w in fixed
+                        if not fits(s, w)}                   # e.g. a full tree that does not fit the window
+    configs += [(s.label, w, False, s.method.lossless) for s in specs if not s.window for w in fixed if fits(s, w)]
     if "auto" in windows:
         sizes = sorted({1, 2, 4, 8, 16, 32, 48, 64, 96, 128, 160}
                        | {block_size(s.build(w), pipe.layout)
-                          for s in specs if not s.window for w in CANDIDATE_WINDOWS})
-        curve = forward_cost_curve(pipe.model, sizes)
+                          for s in specs if not s.window for w in CANDIDATE_WINDOWS if fits(s, w)})
+        guided = {**pipe.defaults, **sampling}.get("cfg") not in (None, 1, 1.0)
+        curve = forward_cost_curve(pipe.model, sizes, rows=2 if guided else 1)   # a guided decode runs the pair
         extra.update(cost_curve=curve, auto={})
         for s in specs:
             if not s.window:
                 best, predicted = choose_window(pipe, s, prompts[0], seeds[0], curve, **sampling)
-                extra["auto"][s.name] = {"window": best, "predicted_seconds": predicted}
-                configs.append((s.name, best, True, s.lossless))
+                extra["auto"][s.label] = {"window": best, "predicted_seconds": predicted}
+                configs.append((s.label, best, True, s.method.lossless))
     t0 = time.perf_counter()
     for m, w, *_ in (configs if warmup else []):
         decode_one(pipe, m, w, prompts[0], seeds[0], **sampling)
@@ -347,6 +378,8 @@ def header(extra: dict) -> str:
                      f"break(s){eager}; warm-up including compilation {extra['warmup_seconds']:.1f} s.\n")
     elif "warmup_seconds" in extra:
         lines.append(f"Eager model forward; warm-up {extra['warmup_seconds']:.1f} s.\n")
+    for name, why in extra.get("skipped", {}).items():
+        lines.append(f"Skipped {name}: {why}.\n")
     if "baseline" in extra:
         b = extra["baseline"]
         names = b["wall"] if b["wall"] == b["cpu"] else f"{b['wall']} (wall time) and {b['cpu']} (CPU time)"
@@ -360,10 +393,12 @@ def markdown(rows: list[Row], extra: dict | None = None) -> str:
     extra = extra or {}
     fid = extra.get("fid")
     cols = ["method", "window", "lossless", "NFE/image", "step compression", "latency speedup",
-            "CPU-time speedup", "1-token iterations", "overhead share"] + (["FID vs ar", "FID vs data"] if fid else [])
+            "CPU-time speedup", "1-token iterations", "overhead share", "nodes/iter", "tokens/node",
+            "sibling tokens/image"] + (["FID vs ar", "FID vs data"] if fid else [])
     cells = [[r.method, f"{'auto: ' if r.auto else ''}{r.window}", "yes" if r.lossless else "no", f"{r.nfe:.1f}",
               f"{r.step_compression:.2f}x", f"{r.latency_speedup:.2f}x", f"{r.cpu_speedup:.2f}x",
-              pct(r.single_token_share), pct(r.overhead_share)]
+              pct(r.single_token_share), pct(r.overhead_share), f"{r.nodes:.1f}", f"{r.tokens_per_node:.3f}",
+              f"{r.sibling_tokens:.1f}"]
              + ([fid_cell(r.fid_vs_ar), fid_cell(r.fid_vs_data)] if fid else []) for r in rows]
     return header(extra) + md_table(cols, cells) + ("\n" + fid_note(fid) if fid else "")
 

@@ -10,7 +10,7 @@ import click
 from PIL import Image
 
 from .errors import JacobigenError
-from .methods import METHODS
+from .methods import METHODS, option_value, parse_variant, split_variants
 from .threads import choose_threads
 
 
@@ -33,10 +33,7 @@ def parse_options(pairs: tuple[str, ...]) -> dict:
         key, sep, value = pair.partition("=")
         if not sep or not key:
             raise click.BadParameter(f"expected key=value, got {pair!r}", param_hint="--option")
-        try:
-            out[key.replace("-", "_")] = json.loads(value)
-        except json.JSONDecodeError:
-            out[key.replace("-", "_")] = value
+        out[key.replace("-", "_")] = option_value(value)
     return out
 
 
@@ -185,12 +182,26 @@ def _csv(kind):
     return parse
 
 
+def _variants(ctx, param, value):
+    from .bench import PLAIN
+
+    names = split_variants(value)
+    try:
+        for name in names:
+            if name != PLAIN:
+                parse_variant(name)
+    except JacobigenError as e:
+        raise click.BadParameter(str(e)) from e
+    return names
+
+
 @main.command()
 @click.option("--model", "model_spec", default="default", show_default=True)
 @click.option("--device", default=None, help="cpu, cuda, ... (default: cuda if available).")
 @click.option("--methods", "method_names", default="sjd,scd-mc,scd-gs,sjd-pac,sjd-vp,scd-mc+pac+vp",
-              show_default=True, callback=_csv(str),
-              help="Comma-separated presets (ar and the plain loop plain-ar always run).")
+              show_default=True, callback=_variants,
+              help="Comma-separated presets (ar and the plain loop plain-ar always run); a preset with options "
+                   "is written NAME[key=value,...], e.g. 'sjd-pac[tree_budget=full,window=32]'.")
 @click.option("--window", "windows", default="16,32,64", show_default=True, callback=_csv(int),
               help="Comma-separated windows; 'auto' picks one per method from this device's costs.")
 @click.option("--prompts", "n_prompts", default=2, show_default=True, type=int,

@@ -14,20 +14,20 @@ import torch
 
 from .engine import sync
 from .masks import block_mask, causal
-from .tree import WindowShape
 
 
-def forward_cost_curve(model, sizes: list[int], context: int = 64, reps: int = 5) -> dict[int, float]:
-    """Median seconds of one forward over a block of each size after ``context`` cached tokens."""
+def forward_cost_curve(model, sizes: list[int], context: int = 64, reps: int = 5, rows: int = 1) -> dict[int, float]:
+    """Median seconds of one forward over a block of each size after ``context`` cached tokens, for
+    ``rows`` model rows (2 for a guided sequence: its cond/uncond pair)."""
     device = next(model.parameters()).device
     curve = {}
     for size in sizes:
         times = []
         for _ in range(reps + 1):  # the first rep warms up
-            cache = model.new_cache(1, context + size)
+            cache = model.new_cache(rows, context + size)
             cache.lengths += context
-            tokens = torch.zeros(1, size, dtype=torch.int64, device=device)
-            positions = torch.arange(context, context + size, device=device)[None]
+            tokens = torch.zeros(rows, size, dtype=torch.int64, device=device)
+            positions = torch.arange(context, context + size, device=device).expand(rows, -1)
             mask = block_mask(cache.lengths, cache.capacity, causal(size, device))
             sync(device)
             t0 = time.perf_counter()
@@ -52,13 +52,14 @@ def interpolate(curve: dict[int, float], size: int) -> float:
 
 
 def block_size(parts, layout) -> int:
-    """Tokens in one forward of a method's window: tree nodes included, and for PJD one segment
-    per row in flight (at most; rows near the end of the image draft less)."""
+    """Tokens in one forward of a method's window: the window (a tree is carved out of it), and for
+    PJD one segment per row in flight, each its window plus its tree's nodes (at most; rows near
+    the end of the image draft less)."""
+    if parts.layout2d is None:
+        return parts.window
     tree, w = parts.tree, parts.window - 1
-    size = WindowShape(w, min(tree.depth, w) if tree else 0, tree.width if tree else 1).size
-    if parts.layout2d is not None:
-        return parts.layout2d.segments(layout.rows, layout.cols) * size
-    return size
+    extra = tree.cap(min(tree.levels, w)) if tree else 0
+    return parts.layout2d.segments(layout.rows, layout.cols) * (parts.window + extra)
 
 
 def predicted_seconds_per_image(nfe: float, block: int, curve: dict[int, float]) -> float:

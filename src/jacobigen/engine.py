@@ -18,7 +18,6 @@ from .draws import Draws
 from .masks import block_mask, prefix_structure
 from .rng import Stream
 from .sampling import SamplingConfig, TargetPipeline
-from .tree import WindowShape
 from .verifiers import Window
 
 
@@ -65,14 +64,16 @@ class Flight:
 @dataclass
 class Segments:
     """The drafts of one iteration as the verifier sees them: S chains per batch row, flattened
-    to [B * S] rows of ``shape`` (W depths each), with the positions of depths 1..W and the draws
-    of each chain's sequence."""
+    to [B * S] rows of W depths, with the positions of depths 1..W, the block nodes of each chain,
+    and the draws of each chain's sequence (a schedule with a tree draws its siblings under
+    ``drafting``, the iteration the drafts come from)."""
 
     window: Window
-    shape: WindowShape
     positions: torch.Tensor    # [B * S, W]
+    size: int                  # block nodes per chain
     per_row: int = 1           # S
-    draws: Draws | None = None  # of the verification, set by the step
+    drafting: Draws | None = None  # set by the step
+    draws: Draws | None = None     # of the verification, set by the step
 
 
 @dataclass
@@ -145,7 +146,8 @@ class Engine:
 
     def step(self, fl: Flight, cache, running: torch.Tensor) -> torch.Tensor:
         """Draft, forward once, verify, commit. ``running`` [B]: rows not finished.
-        Returns the tokens each row committed [B]."""
+        Returns the tokens each row committed [B]; the schedule's ``tally`` then holds the nodes
+        each row evaluated and the tokens it committed from off-spine tree nodes [B]."""
         sched, parts = self.schedule, self.parts
         slots = sched.slots(fl)
         drafting = fl.draws            # drafts come from the last forward, under its iteration
@@ -154,14 +156,11 @@ class Engine:
         else:
             tokens, q = slots.old_tokens, slots.old_q
         seg = sched.segments(fl, slots, tokens, q)
-        if seg.shape.tree:
-            d, w = seg.shape.depth, seg.window
-            seg.window = Window(w.tokens, w.q, *parts.tree.expand(w.tokens[:, :d], w.q[:, :d], seg.positions[:, :d],
-                                                                  drafting.repeat(seg.per_row)))
+        seg.drafting = drafting.repeat(seg.per_row)
         fl.iteration = fl.iteration + running
         seg.draws = fl.draws.repeat(seg.per_row)
         block = sched.block(fl, seg, cache)
         p, support = self.targets_of.with_support(self.forward(fl, block, cache), block.node_pos + 1)
-        k, nxt, path = parts.verifier.verify(p.view(-1, seg.shape.size, p.shape[-1]), seg.window, seg.shape,
-                                             block.m, block.depth_pos, seg.draws)
+        k, nxt, path = parts.verifier.verify(p.view(-1, seg.size, p.shape[-1]), seg.window, block.m,
+                                             block.depth_pos, seg.draws)
         return sched.commit(fl, seg, block, p, support, k, nxt, path, cache)

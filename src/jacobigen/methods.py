@@ -17,6 +17,8 @@ are labelled lossy.
 
 from __future__ import annotations
 
+import json
+import re
 from dataclasses import dataclass, field
 
 from .drafters import Coupled, GumbelShared, Independent, VerificationPrior
@@ -29,7 +31,8 @@ from .verifiers import Verifier
 
 DRAFTERS = {"independent": Independent, "mc": Coupled, "gs": GumbelShared}
 VP_DEFAULTS = {"vp_history": 4, "vp_growth_steps": 3, "vp_top_k": 50, "vp_weight": 1.0, "vp_decay": 0.5}
-TREE_DEFAULTS = {"tree_depth": 3, "tree_width": 4}
+TREE_DEFAULTS = {"tree_depth": 3, "tree_width": 4, "tree_budget": "auto", "tree_min_gain": 0.25}
+PJD_TREE_BUDGET = 3    # PJD's rows have no window to carve from: a few siblings, added to each row
 PJD_DEFAULTS = {"pjd_context": None, "pjd_ratio": 0.5, "pjd_rows": None}
 
 
@@ -51,7 +54,8 @@ class Method:
 
     @property
     def options(self) -> dict:
-        return {**(VP_DEFAULTS if self.vp else {}), **(TREE_DEFAULTS if self.tree else {}),
+        tree = {**TREE_DEFAULTS, **({"tree_budget": PJD_TREE_BUDGET} if self.layout2d else {})}
+        return {**(VP_DEFAULTS if self.vp else {}), **(tree if self.tree else {}),
                 **(PJD_DEFAULTS if self.layout2d else {}), **self.extra}
 
     def build(self, window: int, **overrides) -> Parts:
@@ -67,11 +71,10 @@ class Method:
                 raise ConfigError(f"vp_growth_steps must lie in [1, vp_history={o['vp_history']}]")
             drafter = VerificationPrior(drafter, o["vp_history"], o["vp_growth_steps"], o["vp_top_k"],
                                         o["vp_weight"], o["vp_decay"])
-        tree = None
-        if self.tree:
-            if o["tree_depth"] < 1 or o["tree_width"] < 1:
-                raise ConfigError("tree_depth and tree_width must be >= 1")
-            tree = ProactiveTree(o["tree_depth"], o["tree_width"])
+        tree = ProactiveTree(o["tree_depth"], o["tree_width"], o["tree_budget"], o["tree_min_gain"]) if self.tree \
+            else None
+        if tree and not self.layout2d:
+            tree.carve(self.window or window)         # a tree that cannot fit the window fails here
         verifier = self.verifier(**{k: o[k] for k in self.extra})
         layout2d = RowParallel(o["pjd_context"], o["pjd_ratio"], o["pjd_rows"]) if self.layout2d else None
         return Parts(drafter, verifier, self.window or window, tree, layout2d)
@@ -87,10 +90,9 @@ METHODS: dict[str, Method] = {m.name: m for m in [
     Method("sjd-vp", "SJD-VP: drafts from p fused with each position's probability trajectory", vp=True),
     Method("scd-mc+pac", "maximal coupling with the proactive tree (equals sjd-pac)", drafter="mc", tree=True),
     Method("scd-gs+pac", "Gumbel sharing with the proactive tree", drafter="gs", tree=True),
-    Method("pac+vp", "SJD-PAC drafting from the verification-prior fused p'", drafter="mc", tree=True, vp=True),
     Method("scd-mc+vp", "maximal coupling from the verification-prior fused p'", drafter="mc", vp=True),
-    Method("scd-mc+pac+vp", "coupling, proactive tree and verification prior together", drafter="mc",
-           tree=True, vp=True),
+    Method("scd-mc+pac+vp", "coupling, proactive tree and verification prior together (= SJD-PAC drafting "
+           "from the fused p')", drafter="mc", tree=True, vp=True),
     Method("pjd", "PJD: rows decoded in parallel once the row above has c tokens, row-causal mask (lossy)",
            layout2d=True),
     Method("pjd+scd-mc", "PJD rows with maximal-coupling drafts (lossy)", drafter="mc", layout2d=True),
@@ -107,8 +109,57 @@ METHODS: dict[str, Method] = {m.name: m for m in [
 ]}
 
 
+ALIASES = {"pac+vp": "scd-mc+pac+vp"}   # the same parts under the name SJD-PAC + SJD-VP would suggest
+
+
 def get_method(name: str) -> Method:
     try:
-        return METHODS[name]
+        return METHODS[ALIASES.get(name, name)]
     except KeyError:
         raise ConfigError(f"unknown method {name!r}; available: {', '.join(METHODS)}") from None
+
+
+def option_value(text: str):
+    """A ``key=value`` option's value: JSON where it parses (numbers, booleans), else the text."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
+@dataclass(frozen=True)
+class Variant:
+    """A method with options, named ``name[key=value,...]`` (e.g. ``sjd-pac[tree_budget=full]``) so
+    that one bench compares settings of the same method side by side. A ``window`` option pins the
+    window of that entry."""
+
+    label: str
+    method: Method
+    options: dict
+    window: int | None          # pinned window (the option, or the method's own, e.g. ar's 1)
+
+    def build(self, window: int) -> Parts:
+        return self.method.build(self.window or window, **self.options)
+
+
+def parse_variant(text: str) -> Variant:
+    m = re.fullmatch(r"\s*([^\[\]\s]+)\s*(?:\[(.*)\])?\s*", text)
+    if not m:
+        raise ConfigError(f"expected METHOD or METHOD[key=value,...], got {text!r}")
+    options = {}
+    for pair in filter(None, (m.group(2) or "").split(",")):
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"expected key=value in {text!r}, got {pair!r}")
+        options[key.strip().replace("-", "_")] = option_value(value.strip())
+    method = get_method(m.group(1))
+    window = options.pop("window", None)
+    if window is not None and (isinstance(window, bool) or not isinstance(window, int) or window < 1):
+        raise ConfigError(f"window must be an integer >= 1 in {text!r}")
+    method.build(window or method.window or 1024, **options)         # unknown or bad options fail here
+    return Variant(text.strip(), method, options, window or method.window)
+
+
+def split_variants(text: str) -> list[str]:
+    """Comma-separated variants; commas inside ``[...]`` belong to the variant."""
+    return [v.strip() for v in re.findall(r"(?:[^,\[]|\[[^\]]*\])+", text) if v.strip()]

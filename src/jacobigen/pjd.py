@@ -40,7 +40,7 @@ from .engine import Block, Flight, Segments, model_rows, per_model_row
 from .errors import ConfigError
 from .masks import block_mask
 from .rng import Stream
-from .tree import WindowShape
+from .tree import arrange, ranked, select, universe
 from .verifiers import Window
 
 
@@ -109,9 +109,9 @@ def row_causal_mask(anchor_pos, shared, node_ok, slot_pos, within: torch.Tensor 
     """The row-causal attention of one block, per cache row.
 
     anchor_pos, shared [R, A]; node_ok [R, A, T1] (segment a's nodes); slot_pos [R, C] raster
-    position of each committed cache slot (-1 for the prompt); ``within`` [T1, T1]: which nodes of
-    a segment see which (its tree-causal structure; default causal). Returns the block structure
-    [R, N, N] and the visible cache slots [R, N, C] (N = A * T1) for :func:`masks.block_mask`.
+    position of each committed cache slot (-1 for the prompt); ``within`` [R, A, T1, T1]: which
+    nodes of each segment see which (its tree-causal structure; default causal). Returns the block
+    structure [R, N, N] and the visible cache slots [R, N, C] (N = A * T1) for :func:`masks.block_mask`.
     """
     r, a, t1 = node_ok.shape
     dev = node_ok.device
@@ -119,9 +119,8 @@ def row_causal_mask(anchor_pos, shared, node_ok, slot_pos, within: torch.Tensor 
     idx = torch.arange(t1, device=dev).repeat(a)
     ok = node_ok.reshape(r, a * t1)
     apos = anchor_pos.repeat_interleave(t1, 1)
-    sees = (idx[None, :] <= idx[:, None]) if within is None else within[idx][:, idx]
-    own = (seg[:, None] == seg[None, :]) & sees
-    own = own[None] & ok[:, :, None] & ok[:, None, :]
+    sees = (idx[None, :] <= idx[:, None]) if within is None else within[:, seg[:, None], idx[:, None], idx[None, :]]
+    own = (seg[:, None] == seg[None, :]) & sees & ok[:, :, None] & ok[:, None, :]
     tail = (idx == 0)[None] & shared.repeat_interleave(t1, 1) & ok
     lower = apos[:, None, :] < apos[:, :, None]
     structure = own | (tail[:, None, :] & lower & ok[:, :, None])
@@ -131,14 +130,17 @@ def row_causal_mask(anchor_pos, shared, node_ok, slot_pos, within: torch.Tensor 
 
 
 class Rows:
-    """PJD's row-parallel schedule: one segment ``[anchor, drafts]`` per row in flight (headed by the
-    proactive tree when the method has one); the top row is verified exactly, lower rows keep their
-    accepted prefix."""
+    """PJD's row-parallel schedule: one segment ``[anchor, drafts]`` per row in flight (with the
+    proactive tree's nodes after its drafts when the method has one: a row's window counts its
+    drafts, so the tree is added to it, at most ``tree_budget`` nodes, not carved out); the top row
+    is verified exactly, lower rows keep their accepted prefix."""
 
     def __init__(self, layout, window: int, tree, plan: RowParallel, targets, device):
         dev, rows, rl = device, layout.rows, layout.row_length
         self.layout, self.targets, self.device, self.tree = layout, targets, device, tree
         self.wd = window - 1
+        if tree and tree.budget == "auto":
+            raise ConfigError("tree_budget=auto sizes a tree inside the 1-D window; PJD's rows take a number or 'full'")
         self.context = plan.context_for(layout.cols)
         self.segments_max = plan.segments(rows, layout.cols)
         self.row_start = torch.arange(rows, device=dev) * rl
@@ -150,14 +152,15 @@ class Rows:
         need[0] = 0
         self.need = need
         self.row_of = (torch.arange(layout.length, device=dev) // rl).clamp(max=rows - 1)
-        self.shapes: dict[int, WindowShape] = {}
 
-    def shape(self, w: int) -> WindowShape:
-        """The chain (and tree) of one segment with w drafts."""
-        if w not in self.shapes:
-            t = self.tree
-            self.shapes[w] = WindowShape(w, min(t.depth, w) if t else 0, t.width if t else 1)
-        return self.shapes[w]
+    def levels(self, w: int) -> int:
+        """Depths with sibling candidates in a segment of w drafts (0: no tree)."""
+        return min(self.tree.levels, w) if self.tree and self.tree.cap(min(self.tree.levels, w)) else 0
+
+    def size(self, w: int) -> int:
+        """Nodes of a segment with w drafts: anchor, drafts, tree."""
+        d = self.levels(w)
+        return 1 + w + (self.tree.cap(d) if d else 0)
 
     @property
     def board_width(self) -> int:
@@ -169,7 +172,7 @@ class Rows:
 
     @property
     def block_slack(self) -> int:
-        return self.segments_max * self.shape(self.wd).size
+        return self.segments_max * self.size(self.wd)
 
     def start(self, rows: int, vocab: int, cache) -> None:
         dev, a, nrows = self.device, self.segments_max, self.layout.rows
@@ -283,29 +286,50 @@ class Rows:
         apos = self.now.anchor_pos[:, :a_t]
         positions = (apos[..., None] + 1 + torch.arange(w_t, device=self.device)).flatten(0, 1)
         none = torch.zeros(b * a_t, 0, 1, dtype=torch.int64, device=self.device)
-        return Segments(Window(d, qd, none, none.bool()), self.shape(w_t), positions, per_row=a_t)
+        return Segments(Window(d, qd, none, none.bool()), positions, self.size(w_t), per_row=a_t)
 
     def block(self, fl: Flight, seg: Segments, cache) -> Block:
-        plan, a_t, w_t, shape = self.now, self.a_t, self.w_t, seg.shape
+        plan, a_t, w_t, size = self.now, self.a_t, self.w_t, seg.size
         b = plan.rows.shape[0]
         group = cache.rows // b
         apos, w, shared = plan.anchor_pos[:, :a_t], plan.w[:, :a_t], plan.shared[:, :a_t]
-        depth = shape.node_depth().to(self.device)
-        node_ok = plan.in_block[:, :a_t, None] & (depth <= w[..., None])
-        node_pos = torch.where(node_ok, apos[..., None] + depth, 0)
         anchors = fl.board.gather(1, apos.clamp(min=0)).flatten()
-        tokens = shape.block_tokens(anchors, seg.window.tokens, seg.window.cand).view(b, -1)
+        within = None
+        if self.levels(w_t):
+            tb = self._tree(anchors, seg, w.flatten(), self.levels(w_t))
+            depth, real = tb.depth.reshape(b, a_t, size), tb.real.view(b, a_t, size)
+            tokens, within = tb.tokens.reshape(b, -1), per_model_row(tb.structure.view(b, a_t, size, size), group)
+        else:
+            depth = torch.arange(size, device=self.device)
+            real = depth <= w[..., None]
+            tokens = torch.cat([anchors[:, None], seg.window.tokens], 1).view(b, -1)
+        node_ok = plan.in_block[:, :a_t, None] & real
+        node_pos = torch.where(node_ok, apos[..., None] + depth, 0)
 
         structure, visible = row_causal_mask(*(per_model_row(x, group) for x in (apos, shared, node_ok)),
-                                             self.slot_pos, shape.structure(self.device))
+                                             self.slot_pos, within)
         self.node_ok = node_ok
         depth_pos = apos[..., None] + 1 + torch.arange(w_t + 1, device=self.device)
         return Block(tokens, node_pos.flatten(1), block_mask(cache.lengths, cache.capacity, structure, visible),
                      w.flatten(), depth_pos.flatten(0, 1))
 
+    def _tree(self, anchors: torch.Tensor, seg: Segments, w: torch.Tensor, d: int):
+        """Each segment's tree over d depths after its w [S] drafts: the best ``tree_budget`` nodes
+        by value."""
+        win = seg.window
+        win.cand, win.cand_valid = self.tree.expand(win.tokens[:, :d], win.q[:, :d], seg.positions[:, :d],
+                                                    seg.drafting)
+        uni = universe(d, self.tree.width, torch.device(self.device))
+        values = uni.values(win.q[:, :d].gather(-1, win.cand))
+        ok = win.cand_valid.flatten(1)[:, (uni.level - 1) * uni.width + uni.rank] & (uni.level <= w[:, None])
+        scores = uni.scores(values, ok)
+        count = (ranked(scores, uni.spine) > float("-inf")).sum(1).clamp(max=self.tree.cap(d))
+        win.tree = select(uni, scores, count, w)
+        return arrange(win.tree, anchors, win.tokens, win.cand, seg.size)
+
     def commit(self, fl: Flight, seg: Segments, block: Block, p, support, k, nxt, path, cache) -> torch.Tensor:
         plan, a_t, w_t, length = self.now, self.a_t, self.w_t, self.layout.length
-        b, size = plan.rows.shape[0], seg.shape.size
+        b, size = plan.rows.shape[0], seg.size
         group = cache.rows // b
         k, nxt, path = k.view(b, a_t), nxt.view(b, a_t), path.reshape(b, a_t, w_t + 1)
         step = k + plan.is_top[:, :a_t].long()
@@ -333,11 +357,10 @@ class Rows:
         top = torch.nn.functional.one_hot(plan.top.clamp(max=self.layout.rows - 1), self.layout.rows).bool()
         self.uncached = (self.uncached & (kept_tails == 0)) | (top & plan.live[:, None])
         self.cnt = self.cnt.scatter_add(1, plan.rows[:, :a_t], step)
-        p_seg = p.view(b, a_t, size, -1)
-        if seg.shape.tree:
-            p_seg = p_seg[:, :, seg.shape.spine().to(self.device)]
         self.memory = Memory(plan.rows[:, 0], plan.window, plan.cnt, torch.where(plan.in_block, plan.w, -1),
-                             p_seg, self.drafts, self.q)
+                             p.view(b, a_t, size, -1)[:, :, :w_t + 1], self.drafts, self.q)
+        off_spine = (path[..., 1:] > plan.w[:, :a_t, None]) & (t[1:] <= k[..., None])
+        self.tally = (self.node_ok.sum((1, 2)), off_spine.sum((1, 2)))
         return step.sum(1)
 
     def _initial_guess(self, draws) -> torch.Tensor:

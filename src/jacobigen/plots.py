@@ -83,6 +83,8 @@ def plot_bench(rows, cost_curve: dict | None, out_dir: Path, fid: dict | None = 
     fig.savefig(out_dir / "compression_vs_window.png", dpi=120)
     plt.close(fig)
 
+    plot_tokens_vs_nodes([r for r in rows if not r.baseline], out_dir / "tokens_vs_nodes.png")
+
     if cost_curve:
         fig, ax = plt.subplots(figsize=(6, 4))
         xs = sorted(cost_curve)
@@ -113,6 +115,26 @@ def plot_throughput(rows: list[dict], path: Path) -> None:
     ax.set_xscale("log", base=2)
     ax.set_xlabel("batch size (images decoded together)")
     ax.set_ylabel("images / s")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def plot_tokens_vs_nodes(rows, path: Path) -> None:
+    """Tokens committed per iteration against block nodes evaluated per iteration, one line per
+    method (or method variant) over its windows: how much each evaluated node pays."""
+    fig, ax = plt.subplots(figsize=(6.5, 4.5))
+    for m in dict.fromkeys(r.method for r in rows):
+        pts = sorted((r.nodes, r.tokens_per_iteration, r.window) for r in rows if r.method == m and not r.auto)
+        if not pts:
+            continue
+        line, = ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=m)
+        for x, y, w in pts:
+            ax.annotate(str(w), (x, y), fontsize=6, xytext=(3, 2), textcoords="offset points", color=line.get_color())
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("block nodes evaluated per iteration (labels: window)")
+    ax.set_ylabel("tokens committed per iteration")
     ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=120)

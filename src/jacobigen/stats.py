@@ -14,13 +14,17 @@ class DecodeStats:
     ``nfe`` counts forward passes of the whole batch, prefills included (a CFG pair is one pass).
     ``sequence_nfe[b]`` is the number of passes sequence b took part in: its prefill (which also
     gives its first token) and every iteration until it finished. ``committed`` holds, per
-    iteration, the tokens each running sequence committed.
+    iteration, the tokens each running sequence committed; ``nodes`` the block nodes it evaluated
+    in that forward (its window, or PJD's segments), and ``sibling_tokens`` how many of its
+    committed tokens came from off-spine tree nodes (a sibling or below one).
     """
 
     batch: int
     nfe: int = 0
     sequence_nfe: list[int] = field(default_factory=list)
     committed: list[int] = field(default_factory=list)
+    nodes: list[int] = field(default_factory=list)
+    sibling_tokens: list[int] = field(default_factory=list)
     wall_time: float = 0.0
     forward_time: float | None = 0.0
     lossless: bool = True        # False for relaxed (lossy) verifiers
@@ -35,18 +39,22 @@ class DecodeStats:
         for s in sequences:
             self.sequence_nfe[s] += 1
 
-    def record(self, sequences: torch.Tensor, step: torch.Tensor, active: torch.Tensor) -> None:
-        """One iteration: row r decoded sequence ``sequences[r]`` and committed ``step[r]`` tokens.
-        Kept on the device until :meth:`finish`, so recording costs no host sync."""
-        self._pending.append((torch.where(active, sequences, -1), step))
+    def record(self, sequences: torch.Tensor, step: torch.Tensor, active: torch.Tensor, nodes: torch.Tensor,
+               siblings: torch.Tensor) -> None:
+        """One iteration: row r decoded sequence ``sequences[r]``, evaluated ``nodes[r]`` block
+        nodes and committed ``step[r]`` tokens, ``siblings[r]`` of them off the spine. Kept on the
+        device until :meth:`finish`, so recording costs no host sync."""
+        self._pending.append((torch.where(active, sequences, -1), step, nodes, siblings))
 
     def finish(self, nfe: int, wall: float, forward: float | None) -> None:
         if self._pending:
-            seq, step = (torch.cat(x) for x in zip(*self._pending))
+            seq, step, nodes, siblings = (torch.cat(x) for x in zip(*self._pending))
             active = seq >= 0
-            for s, c in zip(seq[active].tolist(), step[active].tolist()):
+            for s in seq[active].tolist():
                 self.sequence_nfe[s] += 1
-                self.committed.append(c)
+            self.committed += step[active].tolist()
+            self.nodes += nodes[active].tolist()
+            self.sibling_tokens += siblings[active].tolist()
             self._pending.clear()
         self.nfe, self.wall_time, self.forward_time = nfe, wall, forward
 
@@ -65,6 +73,15 @@ class DecodeStats:
         """Tokens committed per forward pass, averaged over sequences and iterations."""
         return self.tokens / max(sum(self.sequence_nfe), 1)
 
+    @property
+    def nodes_per_iteration(self) -> float:
+        return sum(self.nodes) / max(len(self.nodes), 1)
+
+    @property
+    def tokens_per_node(self) -> float:
+        """Accepted tokens per evaluated block node (the sampled token of each iteration included)."""
+        return sum(self.committed) / max(sum(self.nodes), 1)
+
     def histogram(self) -> dict[int, int]:
         """Iterations by number of tokens they committed."""
         counts: dict[int, int] = {}
@@ -76,6 +93,8 @@ class DecodeStats:
         return {
             "batch": self.batch, "lossless": self.lossless, "nfe": self.nfe, "sequence_nfe": self.sequence_nfe,
             "tokens": self.tokens, "mean_accepted": self.mean_accepted,
-            "histogram": self.histogram(), "wall_time": self.wall_time,
+            "histogram": self.histogram(), "nodes_per_iteration": self.nodes_per_iteration,
+            "tokens_per_node": self.tokens_per_node, "sibling_tokens": sum(self.sibling_tokens),
+            "wall_time": self.wall_time,
             "forward_time": self.forward_time, "overhead_time": self.overhead_time,
         }

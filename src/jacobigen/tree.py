@@ -1,12 +1,29 @@
-"""Window shapes: a chain of drafts, optionally with SJD-PAC's proactive tree at its head.
+"""SJD-PAC's proactive tree, carved out of the window (DESIGN.md section 4.2).
 
-The window drafts depths 1..W after the last committed token (the root). The first D depths may be
-a full K-ary tree: every node at depth t has K children carrying the same K candidate tokens for
-depth t+1, drawn without replacement (siblings). The remaining depths form a chain hanging from the
-*spine*, the path of first candidates. With D = 0 (or K = 1) the window is the plain SJD chain.
+One forward evaluates a block: the last committed token (the root), the chain of drafts hanging
+from it (the *spine*), then the tree's extra nodes. Tree depth counts the root, as the authors'
+code does: a tree of depth D and width K spans drafted depths 1..D-1, and at each of them K
+candidates are drawn without replacement, rank 0 being the spine's own draft. Every node at depth t
+may have children carrying the candidates of depth t+1 in rank order; the *universe* is the full
+K-ary tree ((K^D - 1)/(K - 1) nodes with the root, 21 for the paper's K = 4, D = 3), its
+all-rank-0 path is the spine.
 
-Everything here is static per decoder (shared by all sequences): node depths, the block position of
-each node, the tree attention structure, and the block index of the spine node at every depth.
+A tree is a subset of the universe that holds the spine and is closed under parents and
+lower-ranked siblings (recursive rejection tests siblings in rank order). Which subset is chosen
+here, before the forward, from the drafts' q alone; it never looks at the target p, which is what
+keeps the sibling rule exact:
+
+- ``full``: the whole universe (the reference tree);
+- a number N: at most N off-spine nodes, best first by their value, the probability under the draft
+  distributions that the node is reached and accepted (the product of q along its path: EAGLE-2's
+  value), where a node counts only as much as the least of its parent and lower-ranked siblings;
+- ``auto``: per sequence and iteration, a node takes the place of the spine's deepest draft while
+  its value, calibrated by the sequence's own acceptance record, beats the chance that the chain
+  reaches that depth (:class:`AutoBudget`).
+
+Extras take the block's last positions, so the block is always ``window`` tokens (the reference
+carves the tree from its L-token block the same way); a layout without a window (PJD's segments)
+puts them after its drafts.
 """
 
 from __future__ import annotations
@@ -17,84 +34,11 @@ from dataclasses import dataclass
 import torch
 
 from .draws import Draws
+from .errors import ConfigError
 from .rng import Stream
 
 
 @dataclass(frozen=True)
-class WindowShape:
-    drafts: int     # W: depths drafted per iteration (window - 1)
-    depth: int = 0  # D: tree depths at the head of the window
-    width: int = 1  # K: candidates per tree depth
-
-    @property
-    def tree(self) -> bool:
-        return self.depth > 0 and self.width > 1
-
-    def level_start(self, t: int) -> int:
-        """Block index of the first node at tree depth t (the root is block index 0)."""
-        return 1 + sum(self.width ** i for i in range(1, t))
-
-    @property
-    def size(self) -> int:
-        """Block length: root, tree nodes, chain nodes."""
-        if not self.tree:
-            return 1 + self.drafts
-        return self.level_start(self.depth + 1) + self.drafts - self.depth
-
-    def node_depth(self) -> torch.Tensor:
-        if not self.tree:
-            return torch.arange(self.size)
-        d = [0] + [t for t in range(1, self.depth + 1) for _ in range(self.width ** t)]
-        return torch.tensor(d + list(range(self.depth + 1, self.drafts + 1)))
-
-    def parent(self) -> torch.Tensor:
-        par = [-1]
-        if self.tree:
-            for t in range(1, self.depth + 1):
-                up = self.level_start(t - 1) if t > 1 else 0
-                par += [up + a // self.width for a in range(self.width ** t)]
-            leaf = self.level_start(self.depth)
-            par += [leaf] + list(range(self.level_start(self.depth + 1), self.size - 1))
-        else:
-            par += list(range(self.size - 1))
-        return torch.tensor(par)
-
-    def structure(self, device=None) -> torch.Tensor:
-        """[size, size] bool: node i attends to node j iff j is i or one of its ancestors."""
-        par = self.parent().tolist()
-        s = torch.eye(self.size, dtype=torch.bool)
-        for i in range(self.size):
-            a = par[i]
-            while a >= 0:
-                s[i, a] = True
-                a = par[a]
-        return s.to(device)
-
-    def spine(self) -> torch.Tensor:
-        """Block index of the spine node at depths 0..W (depth 0 is the root)."""
-        if not self.tree:
-            return torch.arange(self.size)
-        tree = [0] + [self.level_start(t) for t in range(1, self.depth + 1)]
-        return torch.tensor(tree + list(range(self.level_start(self.depth + 1), self.size)))
-
-    def spine_on(self, device) -> torch.Tensor:
-        """:meth:`spine` on a device, made once per shape and device."""
-        return _spine_on(self, torch.device(device))
-
-    def block_tokens(self, root: torch.Tensor, spine_tokens: torch.Tensor, cand: torch.Tensor) -> torch.Tensor:
-        """Token of every block node [B, size] from the root [B], spine drafts [B, W] and the tree's
-        candidates [B, D, K] (candidate rank r of depth t sits at every node a with a % K == r)."""
-        if not self.tree:
-            return torch.cat([root[:, None], spine_tokens], 1)
-        levels = [cand[:, t - 1].repeat(1, self.width ** (t - 1)) for t in range(1, self.depth + 1)]
-        return torch.cat([root[:, None], *levels, spine_tokens[:, self.depth:]], 1)
-
-
-@functools.lru_cache(maxsize=64)
-def _spine_on(shape: WindowShape, device: torch.device) -> torch.Tensor:
-    return shape.spine().to(device)
-
-
 class ProactiveTree:
     """SJD-PAC proactive drafting: at each tree depth, K candidates without replacement.
 
@@ -103,8 +47,49 @@ class ProactiveTree:
     which is the joint law the sibling verifier's renormalisation assumes.
     """
 
-    def __init__(self, depth: int = 3, width: int = 4):
-        self.depth, self.width = depth, width
+    depth: int = 3                 # levels counting the root
+    width: int = 4                 # candidates per drafted depth
+    budget: int | str = "auto"     # off-spine nodes: a number, "full" or "auto"
+    min_gain: float = 0.25         # auto: the share of a chain's tokens a tree must add to be used
+
+    def __post_init__(self):
+        for name in ("depth", "width"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ConfigError(f"tree_{name} must be an integer >= 1, got {v!r}")
+        b = self.budget
+        if not (b in ("auto", "full") or (isinstance(b, int) and not isinstance(b, bool) and b >= 0)):
+            raise ConfigError(f"tree_budget must be an integer >= 0, 'full' or 'auto', got {b!r}")
+        g = self.min_gain
+        if isinstance(g, bool) or not isinstance(g, (int, float)) or not 0 <= g < float("inf"):
+            raise ConfigError(f"tree_min_gain must be a number >= 0, got {g!r}")
+
+    @property
+    def levels(self) -> int:
+        """Drafted depths that carry siblings."""
+        return self.depth - 1 if self.width > 1 else 0
+
+    def off_spine(self, levels: int | None = None) -> int:
+        """Off-spine nodes of the universe over ``levels`` depths (default all)."""
+        d = self.levels if levels is None else levels
+        return sum(self.width ** t for t in range(1, d + 1)) - d
+
+    def cap(self, levels: int) -> int:
+        """Most off-spine nodes a block may hold."""
+        full = self.off_spine(levels)
+        return min(self.budget, full) if isinstance(self.budget, int) else full
+
+    def carve(self, window: int) -> tuple[int, int]:
+        """(levels, most off-spine nodes) of the tree carved out of a ``window``-token block: the
+        spine keeps at least the tree's depths; (0, 0) when no sibling fits."""
+        w = window - 1
+        levels = min(self.levels, w)
+        cap = min(self.cap(levels), w - levels) if levels else 0
+        if self.budget == "full" and levels and self.off_spine(levels) > cap:
+            need = 1 + levels + self.off_spine(levels)
+            raise ConfigError(f"the full tree of depth {self.depth} and width {self.width} has {need} nodes and "
+                              f"does not fit a window of {window}: use a window of at least {need} or a tree_budget")
+        return (levels, cap) if cap else (0, 0)
 
     def expand(self, first: torch.Tensor, q: torch.Tensor, positions: torch.Tensor,
                draws: Draws) -> tuple[torch.Tensor, torch.Tensor]:
@@ -117,3 +102,196 @@ class ProactiveTree:
         valid = torch.cat([torch.ones_like(first[..., None], dtype=torch.bool), rest.values > float("-inf"),
                            torch.zeros(*first.shape, pad, dtype=torch.bool, device=first.device)], -1)
         return cand, valid
+
+
+class Universe:
+    """The full K-ary tree over ``levels`` drafted depths, in breadth-first order (each node's
+    children are its K candidates of the next depth, rank order). Static per (levels, width)."""
+
+    def __init__(self, levels: int, width: int, device):
+        self.levels, self.width = levels, width
+        self.starts = [sum(width ** i for i in range(1, t)) for t in range(1, levels + 2)]
+        size = self.starts[-1]
+        level = [t for t in range(1, levels + 1) for _ in range(width ** t)]
+        rank = [a % width for t in range(1, levels + 1) for a in range(width ** t)]
+        parent = [-1] * width + [self.starts[t - 2] + a // width for t in range(2, levels + 1)
+                                 for a in range(width ** t)]
+        spine = [a == 0 for t in range(1, levels + 1) for a in range(width ** t)]
+        # child[u + 1, r]: universe index of node u's rank-r child (row 0: the root), -1 past the last level
+        child = [[r for r in range(width)]] + [
+            [self.starts[t] + (u - self.starts[t - 1]) * width + r if t < levels else -1 for r in range(width)]
+            for u, t in zip(range(size), level)]
+        self.level = torch.tensor(level, dtype=torch.int64, device=device)
+        self.rank = torch.tensor(rank, dtype=torch.int64, device=device)
+        self.parent = torch.tensor(parent, dtype=torch.int64, device=device)
+        self.spine = torch.tensor(spine, device=device)
+        self.child = torch.tensor(child, dtype=torch.int64, device=device).view(size + 1, width)
+        self.size = size
+
+    def values(self, cand_q: torch.Tensor) -> torch.Tensor:
+        """[R, U]: product of the candidates' q along each node's path (cand_q [R, levels, K])."""
+        out, prev = [], None
+        for t in range(self.levels):
+            v = cand_q[:, t].repeat(1, self.width ** t)
+            prev = v if prev is None else prev.repeat_interleave(self.width, 1) * v
+            out.append(prev)
+        return torch.cat(out, 1)
+
+    def scores(self, values: torch.Tensor, ok: torch.Tensor) -> torch.Tensor:
+        """[R, U]: a node is worth the least of its own value and its parent's and lower-ranked
+        siblings' worth (those come first); the spine is always in (+inf), ``ok`` False: -inf."""
+        s = torch.where(ok, values, float("-inf"))
+        s = torch.where(self.spine, float("inf"), s)
+        out, prev = [], None
+        for t in range(self.levels):
+            level = s[:, self.starts[t]:self.starts[t + 1]]
+            level = level.view(level.shape[0], -1, self.width).cummin(-1).values.flatten(1)
+            prev = level if prev is None else torch.minimum(level, prev.repeat_interleave(self.width, 1))
+            out.append(prev)
+        return torch.cat(out, 1)
+
+
+@functools.lru_cache(maxsize=16)
+def universe(levels: int, width: int, device: torch.device) -> Universe:
+    return Universe(levels, width, device)
+
+
+@dataclass
+class TreeNodes:
+    """Where the tree of one iteration sits in each chain's block: ``index`` [R, U] block index of
+    every universe node (-1: not in this tree); ``spine`` [R] drafts on the spine (W_r); ``ranks``
+    per drafted depth, how many candidate ranks any chain's tree holds (the verifier tests no more)."""
+
+    universe: Universe
+    index: torch.Tensor
+    spine: torch.Tensor
+    ranks: list[int]
+
+
+@dataclass
+class TreeBlock:
+    """The block of R chains with their trees: tokens, node depths, which node sees which, which
+    nodes are real (not padding), and the tree as the verifier walks it."""
+
+    tokens: torch.Tensor      # [R, T]
+    depth: torch.Tensor       # [R, T]
+    structure: torch.Tensor   # [R, T, T] node i attends to node j iff j is i or an ancestor
+    real: torch.Tensor        # [R, T]
+    nodes: TreeNodes
+
+
+def ranked(scores: torch.Tensor, spine: torch.Tensor) -> torch.Tensor:
+    """Off-spine scores sorted best first [R, U] (ties: breadth-first order, parents first)."""
+    return torch.where(spine, float("-inf"), scores).sort(dim=1, descending=True, stable=True).values
+
+
+def select(uni: Universe, scores: torch.Tensor, count: torch.Tensor, spine: torch.Tensor) -> TreeNodes:
+    """The ``count`` [R] best off-spine nodes by ``scores`` [R, U] after ``spine`` [R] drafts: block
+    index spine + 1 + slot, in breadth-first order (parents first). Reads the ranks in use (one
+    host read)."""
+    r, dev = scores.shape[0], scores.device
+    extra = torch.where(uni.spine, float("-inf"), scores)
+    order = extra.sort(dim=1, descending=True, stable=True).indices
+    place = torch.empty_like(order).scatter_(1, order, torch.arange(uni.size, device=dev).expand(r, -1))
+    chosen = (place < count[:, None]) & (extra > float("-inf"))
+    index = torch.where(chosen, spine[:, None] + chosen.long().cumsum(1), -1)
+    index = torch.where(uni.spine, uni.level, index)
+    used = ((index >= 0) * (uni.rank + 1)).amax(0)
+    ranks = torch.stack([used[a:b].max() for a, b in zip(uni.starts, uni.starts[1:])]).tolist()
+    return TreeNodes(uni, index, spine, ranks)
+
+
+def arrange(nodes: TreeNodes, root: torch.Tensor, drafts: torch.Tensor, cand: torch.Tensor, size: int) -> TreeBlock:
+    """Lay out R chains of ``size`` nodes: root [R], the spine's drafts (the first ``nodes.spine``
+    of ``drafts`` [R, W]), then the chosen nodes with their candidates ``cand`` [R, levels, K];
+    what is left is padding that sees only the root."""
+    uni, index, spine = nodes.universe, nodes.index, nodes.spine
+    r, dev = root.shape[0], root.device
+    chosen = (index >= 0) & ~uni.spine
+    cols = torch.arange(size, device=dev)
+    at = torch.where(chosen, index, size)                                # column of each chosen node
+    tokens = torch.zeros(r, size + 1, dtype=torch.int64, device=dev)
+    tokens[:, :drafts.shape[1] + 1] = torch.cat([root[:, None], drafts], 1)
+    tokens.scatter_(1, at, cand.flatten(1)[:, (uni.level - 1) * uni.width + uni.rank])
+    depth = torch.cat([cols.expand(r, -1), cols[:1].expand(r, 1)], 1).scatter(1, at, uni.level.expand(r, -1))
+    tail = cols > spine[:, None]                                         # extras and padding
+    up = torch.where(uni.parent >= 0, index.gather(1, uni.parent.clamp(min=0).expand(r, -1)), 0)
+    parent = torch.where(tail, 0, (cols - 1).clamp(min=0))
+    parent = torch.cat([parent, cols[:1].expand(r, 1)], 1).scatter(1, at, up)[:, :size]
+    real = cols < (spine + 1 + chosen.sum(1))[:, None]
+
+    eye = torch.eye(size, dtype=torch.bool, device=dev)
+    structure = torch.ones(size, size, dtype=torch.bool, device=dev).tril().expand(r, -1, -1)
+    for _ in range(uni.levels):                    # one level of extras settles per pass
+        above = structure.gather(1, parent[..., None].expand(-1, -1, size)) | eye
+        structure = torch.where(tail[..., None], above, structure)
+    return TreeBlock(tokens[:, :size], torch.where(real, depth[:, :size], 0), structure, real, nodes)
+
+
+class AutoBudget:
+    """``tree_budget=auto``: per sequence, the chance that the chain accepts depth j once it reached
+    j - 1 (counted with a uniform prior), and how the tree's values compare with the off-spine
+    tokens it committed. A node replaces the spine's deepest draft while its calibrated value beats
+    the chance the chain reaches that depth; both are known before the forward. A tree is used
+    only when it is expected to add ``min_gain`` of the tokens the chain alone would commit: its
+    own bookkeeping costs about a fifth of an iteration at window 16 on a CPU with the embedded
+    model (hence the default 0.25; where forwards are dearer, a lower bar pays)."""
+
+    def __init__(self, min_gain: float):
+        self.min_gain = min_gain
+
+    def start(self, rows: int, drafts: int, device) -> None:
+        self.hits = torch.zeros(rows, drafts, device=device)
+        self.trials = torch.zeros(rows, drafts, device=device)
+        self.predicted = torch.zeros(rows, device=device)
+        self.accepted = torch.zeros(rows, device=device)
+
+    def reset(self, rows: torch.Tensor) -> None:
+        for x in (self.hits, self.trials, self.predicted, self.accepted):
+            x[rows] = 0
+
+    def select(self, rows: torch.Tensor) -> None:
+        self.hits, self.trials = self.hits[rows], self.trials[rows]
+        self.predicted, self.accepted = self.predicted[rows], self.accepted[rows]
+
+    def prepare(self, limit: torch.Tensor) -> None:
+        """This iteration's chain reach [R, W] (the chance the chain accepts depths 1..j, column
+        j - 1; 0 past ``limit``, the depths inside the image) and value calibration [R]."""
+        w = self.hits.shape[1]
+        reach = ((self.hits + 1) / (self.trials + 1)).cumprod(1)     # a depth never tried is taken as passed
+        self.reach = torch.where(torch.arange(1, w + 1, device=reach.device) <= limit[:, None], reach, 0.0)
+        self.calibration = (self.accepted + 1) / (self.predicted + 1)
+        self.bar = self.min_gain * (1 + self.reach.sum(1))
+
+    def _margins(self, values: torch.Tensor) -> torch.Tensor:
+        """Calibrated value of the i-th best extra [R, cap] minus the reach of the spine depth it
+        displaces (the i-th extra takes depth W + 1 - i)."""
+        w, cap = self.reach.shape[1], values.shape[1]
+        return self.calibration[:, None] * values - self.reach[:, w - torch.arange(1, cap + 1, device=values.device)]
+
+    def worth_trying(self, spine_q: torch.Tensor, runner_up: torch.Tensor, cap: int) -> bool:
+        """Whether any row's tree could pass :meth:`count`'s bar, from the drafts alone (one host
+        read): a node at depth t is worth at most the spine's q up to t - 1 times the largest q
+        at t of an id other than the spine's draft (``runner_up``, [R, levels]); when even that
+        bound fails, the iteration is a plain chain and no candidate is drawn."""
+        along = torch.cat([torch.ones_like(spine_q[:, :1]), spine_q[:, :-1].cumprod(1)], 1)
+        bound = (along * runner_up).amax(1, keepdim=True).expand(-1, cap)
+        gain = self._margins(bound).clamp(min=0).sum(1)
+        return bool((gain >= self.bar).any())
+
+    def count(self, best: torch.Tensor, cap: int) -> torch.Tensor:
+        """Extras [R] from off-spine scores sorted best first [R, >= cap]: none unless they add
+        ``min_gain`` of the tokens the chain alone is expected to commit."""
+        margin = self._margins(best[:, :cap])
+        take = margin > 0
+        gain = torch.where(take, margin, 0.0).sum(1)
+        return torch.where(gain >= self.bar, take.sum(1), 0)
+
+    def update(self, spine_run: torch.Tensor, off_spine: torch.Tensor, limit: torch.Tensor, value: torch.Tensor,
+               active: torch.Tensor) -> None:
+        j = torch.arange(1, self.hits.shape[1] + 1, device=spine_run.device)
+        tried = (spine_run[:, None] >= j - 1) & (j <= limit[:, None]) & active[:, None]
+        self.trials += tried
+        self.hits += tried & (spine_run[:, None] >= j)
+        self.predicted += value * active
+        self.accepted += off_spine * active

@@ -18,7 +18,7 @@ import torch
 from .draws import Draws
 from .mrs import accepts, residual
 from .rng import Stream, categorical
-from .tree import WindowShape
+from .tree import TreeNodes
 
 
 @dataclass
@@ -29,9 +29,7 @@ class Window:
     q: torch.Tensor            # [B, W, V] distribution each spine draft was drawn from
     cand: torch.Tensor         # [B, D, K] candidates per tree depth (rank 0 = spine draft)
     cand_valid: torch.Tensor   # [B, D, K] False where q had fewer than K ids to offer
-
-    def select(self, rows: torch.Tensor) -> "Window":
-        return Window(self.tokens[rows], self.q[rows], self.cand[rows], self.cand_valid[rows])
+    tree: TreeNodes | None = None  # which of those candidates' nodes the block holds, and where
 
 
 def without(q: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
@@ -66,10 +64,10 @@ class Verifier:
         """Where to draw from after draft d [...] was rejected."""
         return residual(p, q)
 
-    def verify(self, p: torch.Tensor, window: Window, shape: WindowShape, m: torch.Tensor,
-               positions: torch.Tensor, draws: Draws):
-        """p [B, size, V]: target for the depth after each block node. m [B]: depths inside the
-        image. positions [B, W+1]: position of depths 1..W+1.
+    def verify(self, p: torch.Tensor, window: Window, m: torch.Tensor, positions: torch.Tensor, draws: Draws):
+        """p [B, size, V]: target for the depth after each block node. m [B]: spine depths that
+        may be accepted (inside the image and on the spine). positions [B, W+1]: position of
+        depths 1..W+1. Block nodes 0..W_r are the root and the spine drafts.
 
         Returns (k [B] accepted drafts, next token [B], path [B, W+1] block indices whose first
         k+1 entries are the root and the accepted nodes).
@@ -78,33 +76,37 @@ class Verifier:
         if w == 0:              # window 1 (plain AR): nothing to check, sample the next token
             zero = torch.zeros(b, 1, dtype=torch.int64, device=p.device)
             return zero[:, 0], draws.sample(p[:, 0], positions[:, 0], Stream.SAMPLE), zero
-        if not shape.tree:
+        if window.tree is None:
             return self._chain(p, window, m, positions, draws)
-        rows = torch.arange(b, device=p.device)
-        depth = shape.depth if shape.tree else 0
-        cur = torch.zeros(b, dtype=torch.int64, device=p.device)
+        tree = window.tree
+        uni, depth = tree.universe, tree.universe.levels
+        rows = _arange(b, p.device)
+        at = torch.zeros(b, dtype=torch.int64, device=p.device)      # universe index + 1 (0: the root)
+        node = torch.zeros_like(at)                                  # its block index
         path = torch.zeros(b, w + 1, dtype=torch.int64, device=p.device)
-        k = torch.zeros_like(cur)
+        k = torch.zeros_like(at)
         live = torch.ones(b, dtype=torch.bool, device=p.device)
-        final = p[rows, cur]
+        final = p[:, 0]
 
         for t in range(1, depth + 1):
-            target, chosen = self._siblings(p[rows, cur], window, t, m, positions[:, t - 1], draws)
-            parent_rank = cur - (shape.level_start(t - 1) if t > 1 else 0)
-            child = shape.level_start(t) + parent_rank * shape.width + chosen
+            r = tree.ranks[t - 1]
+            kids = uni.child[at][:, :r]                                             # [B, r]
+            where = tree.index.gather(1, kids.clamp(min=0))
+            present = (kids >= 0) & (where >= 0) & window.cand_valid[:, t - 1, :r] & (t <= m)[:, None]
+            target, chosen = self._siblings(p[rows, node], window, t, present, positions[:, t - 1], draws)
             go = live & (chosen >= 0)
+            pick = chosen.clamp(min=0)[:, None]
             final = torch.where((live & ~go)[:, None], target, final)
-            cur, k = torch.where(go, child, cur), k + go
-            path[:, t] = torch.where(go, child, path[:, t])
-            live &= go
+            at = torch.where(go, kids.gather(1, pick)[:, 0] + 1, at)
+            node = torch.where(go, where.gather(1, pick)[:, 0], node)
+            path[:, t] = torch.where(go, node, path[:, t])
+            k, live = k + go, live & go
 
-        spine = shape.spine_on(p.device)
-        on_spine = live & (cur == spine[depth])
+        on_spine = live & (node == depth)
         drafts, q = window.tokens[:, depth:], window.q[:, depth:]
-        run = torch.where(on_spine, self._run(p[:, spine[depth:w]], q, drafts, positions[:, depth:w], m - depth,
-                                              draws), 0)
-        node = torch.where(on_spine, spine[depth + run], cur)
-        rejected = on_spine & (depth + run < m.clamp(max=w))
+        run = torch.where(on_spine, self._run(p[:, depth:w], q, drafts, positions[:, depth:w], m - depth, draws), 0)
+        node = torch.where(on_spine, depth + run, node)
+        rejected = on_spine & (depth + run < m)
         if w > depth:
             at = run.clamp(max=w - depth - 1)
             chain_target = torch.where(rejected[:, None],
@@ -112,9 +114,9 @@ class Verifier:
         else:
             chain_target = p[rows, node]
         final = torch.where(live[:, None], chain_target, final)
-        steps = torch.arange(1, w + 1 - depth, device=p.device)
-        fill = on_spine[:, None] & (steps <= run[:, None])
-        path[:, depth + 1:] = torch.where(fill, spine[depth + 1:], path[:, depth + 1:])
+        steps = _arange(w + 1, p.device)[depth + 1:]
+        path[:, depth + 1:] = torch.where(on_spine[:, None] & (steps - depth <= run[:, None]), steps,
+                                          path[:, depth + 1:])
         k = k + run
         return k, draws.sample(final, positions[rows, k], Stream.SAMPLE), path
 
@@ -138,14 +140,17 @@ class Verifier:
         path = _arange(w + 1, p.device).expand(b, -1)
         return run, categorical(target, u[rows, run, 1].to(target.device)), path
 
-    def _siblings(self, target, window: Window, t: int, m, position, draws: Draws):
-        """Recursive rejection over the K candidates of depth t. Returns the distribution to draw
-        from if all are rejected, and the accepted rank (-1 if none)."""
+    def _siblings(self, target, window: Window, t: int, valid, position, draws: Draws):
+        """Recursive rejection over the candidates of depth t that the block holds (``valid`` [B, r],
+        a prefix of the ranks). Returns the distribution to draw from if all are rejected, and the
+        accepted rank (-1 if none)."""
         q = window.q[:, t - 1]
-        cand, valid = window.cand[:, t - 1], window.cand_valid[:, t - 1] & (t <= m)[:, None]
-        chosen = torch.full_like(m, -1)
-        ranks = torch.arange(cand.shape[1], device=cand.device)
-        u = draws.uniform(position[:, None], Stream.ACCEPT, ranks)        # rank r: extra key r
+        cand = window.cand[:, t - 1, :valid.shape[1]]
+        chosen = torch.full_like(position, -1)
+        # rank 0 (the spine's draft) with the chain's own key, rank r > 0 with extra key r: a tree
+        # that holds no sibling verifies exactly as the chain would
+        u = draws.uniform(position[:, None], Stream.ACCEPT, torch.arange(cand.shape[1], device=cand.device))
+        u[:, 0] = draws.uniform(position, Stream.ACCEPT)
         for r in range(cand.shape[1]):
             c = cand[:, r]
             open_ = valid[:, r] & (chosen < 0)
@@ -153,5 +158,6 @@ class Verifier:
             chosen = torch.where(ok, r, chosen)
             rej = (open_ & ~ok)[:, None]
             target = torch.where(rej, self.residual(target, q, c), target)
-            q = torch.where(rej, without(q, c), q)
+            if r + 1 < cand.shape[1]:
+                q = torch.where(rej, without(q, c), q)
         return target, chosen
