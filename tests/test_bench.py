@@ -112,3 +112,24 @@ def test_block_sizes_carve_the_tree_and_count_pjd_segments():
     assert rows == 5 and block_size(METHODS["pjd"].build(16, pjd_context=4), layout) == 5 * 16
     # PJD's rows add their tree (default budget 3) to each row's window
     assert block_size(METHODS["pjd+scd-mc+pac"].build(16, pjd_context=4), layout) == 5 * (16 + 3)
+
+
+def test_bench_runs_method_variants_and_skips_what_cannot_fit(tmp_path):
+    res = CliRunner().invoke(main, ["bench", "--model", "random", "--methods",
+                                    "sjd-pac[tree_budget=full],sjd-pac[tree_budget=2,window=8]", "--window", "4,24",
+                                    "--prompts", "1", "--threads", "1", "--out", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    data = json.loads((tmp_path / "bench.json").read_text())
+    names = [(r["method"], r["window"]) for r in data["rows"]]
+    assert ("sjd-pac[tree_budget=full]", 24) in names and ("sjd-pac[tree_budget=full]", 4) not in names
+    assert ("sjd-pac[tree_budget=2,window=8]", 8) in names
+    assert "at least 21" in data["skipped"]["sjd-pac[tree_budget=full] @ 4"]
+    assert "Skipped sjd-pac[tree_budget=full] @ 4" in (tmp_path / "bench.md").read_text()
+    assert (tmp_path / "tokens_vs_nodes.png").stat().st_size > 1000
+    full = next(r for r in data["rows"] if r["method"] == "sjd-pac[tree_budget=full]")
+    assert full["nodes"] == 24 and full["tokens_per_node"] > 0
+
+
+def test_bench_rejects_a_bad_variant():
+    res = CliRunner().invoke(main, ["bench", "--model", "random", "--methods", "sjd-pac[tree_budget=lots]"])
+    assert res.exit_code == 2 and "tree_budget" in res.output

@@ -30,3 +30,14 @@ def test_bad_input_is_a_message_not_a_traceback():
     assert res.exit_code != 0 and "window must be" in res.output and "Traceback" not in res.output
     res = CliRunner().invoke(main, ["generate", "x", "--model", "random", "-o", "nokey"])
     assert res.exit_code != 0 and "key=value" in res.output
+
+
+def test_generate_with_the_reference_tree_reports_it(tmp_path):
+    res = CliRunner().invoke(main, ["generate", "red heart", "--model", "random", "--method", "sjd-pac",
+                                    "--window", "24", "-o", "tree_budget=full", "--no-progress",
+                                    "--out", str(tmp_path / "t.png")])
+    assert res.exit_code == 0, res.output
+    assert "tree: 24 nodes per forward" in res.output
+    res = CliRunner().invoke(main, ["generate", "x", "--model", "random", "--method", "sjd-pac", "--window", "16",
+                                    "-o", "tree_budget=full", "--out", str(tmp_path / "u.png")])
+    assert res.exit_code != 0 and "at least 21" in res.output and "Traceback" not in res.output

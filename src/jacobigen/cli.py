@@ -121,6 +121,9 @@ def generate(prompts, model_spec, device, method, window, seed, num_images, batc
     split = "" if s.forward_time is None else \
         f" (model forward {s.forward_time:.2f} s, other {s.overhead_time:.2f} s)"
     click.echo(f"wall time: {s.wall_time:.2f} s{split}")
+    if gen.method.tree:
+        click.echo(f"tree: {s.nodes_per_iteration:.0f} nodes per forward, {sum(s.sibling_tokens)} token(s) from "
+                   f"off-spine nodes, {s.tokens_per_node:.3f} tokens per node")
     if stats_path:
         stats_path.write_text(json.dumps({"method": gen.method.name, "ar_nfe": ar_nfe, **s.as_dict()}, indent=2))
     click.echo(f"wrote {out}")

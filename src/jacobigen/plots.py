@@ -112,13 +112,7 @@ def plot_throughput(rows: list[dict], path: Path) -> None:
     for m in dict.fromkeys(r["method"] for r in rows):
         pts = sorted((r["batch_size"], r["images_per_second"]) for r in rows if r["method"] == m)
         ax.plot(*zip(*pts), marker="o", label=m)
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel("batch size (images decoded together)")
-    ax.set_ylabel("images / s")
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    _save_log2(fig, ax, "batch size (images decoded together)", "images / s", path)
 
 
 def plot_tokens_vs_nodes(rows, path: Path) -> None:
@@ -132,9 +126,14 @@ def plot_tokens_vs_nodes(rows, path: Path) -> None:
         line, = ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=m)
         for x, y, w in pts:
             ax.annotate(str(w), (x, y), fontsize=6, xytext=(3, 2), textcoords="offset points", color=line.get_color())
+    _save_log2(fig, ax, "block nodes evaluated per iteration (labels: window)", "tokens committed per iteration", path)
+
+
+def _save_log2(fig, ax, xlabel: str, ylabel: str, path: Path) -> None:
+    """Finish a one-panel line plot over a log2 x axis and write it."""
     ax.set_xscale("log", base=2)
-    ax.set_xlabel("block nodes evaluated per iteration (labels: window)")
-    ax.set_ylabel("tokens committed per iteration")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
     ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=120)

@@ -61,7 +61,7 @@ class ProactiveTree:
         if not (b in ("auto", "full") or (isinstance(b, int) and not isinstance(b, bool) and b >= 0)):
             raise ConfigError(f"tree_budget must be an integer >= 0, 'full' or 'auto', got {b!r}")
         g = self.min_gain
-        if isinstance(g, bool) or not isinstance(g, (int, float)) or not 0 <= g < float("inf"):
+        if isinstance(g, bool) or not isinstance(g, (int, float)) or not g >= 0:       # inf: never a tree
             raise ConfigError(f"tree_min_gain must be a number >= 0, got {g!r}")
 
     @property

@@ -1,0 +1,88 @@
+"""The proactive tree's options, budgets and statistics (its exactness lives in test_exactness.py,
+its layout against brute force in test_cache_masks.py)."""
+
+import pytest
+import torch
+
+from jacobigen import METHODS, generate, get_method
+from jacobigen.errors import ConfigError
+from jacobigen.exactness import layout, tiny_model
+from jacobigen.methods import parse_variant, split_variants
+from jacobigen.tree import ProactiveTree
+
+LAYOUT = layout(True, rows=4, cols=6)
+KW = dict(layout=LAYOUT, seed=list(range(6)), cfg=2.0, uncond=[7])
+
+
+@pytest.fixture(scope="module")
+def model():
+    return tiny_model()
+
+
+def test_depth_counts_the_root_as_the_reference_does():
+    tree = ProactiveTree(3, 4, "full")
+    assert tree.levels == 2 and 1 + tree.levels + tree.off_spine() == 21      # (4^3 - 1) / 3
+    assert ProactiveTree(3, 3, "full").off_spine() + 3 == 13                  # the authors' code default
+    assert tree.carve(64) == (2, 18) and tree.carve(21) == (2, 18)
+    with pytest.raises(ConfigError, match="at least 21"):
+        tree.carve(20)
+    assert ProactiveTree(3, 4, 5).carve(16) == (2, 5)
+    assert ProactiveTree(3, 4, 30).carve(8) == (2, 5)                         # the spine keeps the tree's depths
+    assert ProactiveTree(3, 4, "auto").carve(2) == (0, 0)                     # no room: a plain chain
+
+
+@pytest.mark.parametrize("options,match", [
+    ({"tree_budget": "some"}, "tree_budget"), ({"tree_budget": -1}, "tree_budget"),
+    ({"tree_depth": 0}, "tree_depth"), ({"tree_width": 1.5}, "tree_width"), ({"tree_min_gain": -0.1}, "min_gain"),
+])
+def test_bad_tree_options_are_clear_errors(options, match):
+    with pytest.raises(ConfigError, match=match):
+        METHODS["sjd-pac"].build(32, **options)
+
+
+def test_the_tree_is_part_of_the_window(model):
+    """Every iteration evaluates exactly `window` nodes, tree or not."""
+    for budget in ("full", 3, "auto"):
+        gen = generate(model, [5, 6], method="sjd-pac", window=24, tree_budget=budget, **KW)
+        assert set(gen.stats.nodes) == {24}
+        assert gen.stats.tokens_per_node == pytest.approx(sum(gen.stats.committed) / (24 * len(gen.stats.nodes)))
+
+
+def test_a_tree_that_never_grows_is_the_chain(model):
+    """Budget 0, or an automatic budget that never pays, decode exactly what scd-mc decodes."""
+    chain = generate(model, [5, 6], method="scd-mc", window=12, **KW)
+    for options in ({"tree_budget": 0}, {"tree_min_gain": float("inf")}):
+        tree = generate(model, [5, 6], method="sjd-pac", window=12, **options, **KW)
+        assert torch.equal(tree.tokens, chain.tokens) and tree.stats.nfe == chain.stats.nfe
+        assert sum(tree.stats.sibling_tokens) == 0
+
+
+def test_full_tree_commits_sibling_tokens(model):
+    gen = generate(model, [5, 6], method="sjd-pac", window=24, tree_budget="full", tree_width=2, **KW)
+    assert sum(gen.stats.sibling_tokens) > 0
+    assert gen.stats.as_dict()["sibling_tokens"] == sum(gen.stats.sibling_tokens)
+
+
+def test_pjd_rows_take_a_numbered_tree_only():
+    assert METHODS["pjd+scd-mc+pac"].options["tree_budget"] == 3
+    with pytest.raises(ConfigError, match="auto"):
+        tiny = tiny_model()
+        generate(tiny, [5, 6], layout=LAYOUT, method="pjd+scd-mc+pac", window=6, tree_budget="auto")
+
+
+def test_pac_vp_is_another_name():
+    assert get_method("pac+vp") is METHODS["scd-mc+pac+vp"] and "pac+vp" not in METHODS
+
+
+def test_method_variants():
+    assert split_variants("sjd,sjd-pac[tree_budget=full,window=64], scd-gs") == \
+        ["sjd", "sjd-pac[tree_budget=full,window=64]", "scd-gs"]
+    v = parse_variant("sjd-pac[tree_budget=full,window=64]")
+    assert v.method.name == "sjd-pac" and v.options == {"tree_budget": "full"} and v.window == 64
+    assert v.build(16).window == 64 and v.build(16).tree.budget == "full"
+    assert parse_variant("ar").window == 1 and parse_variant("scd-mc").window is None
+    assert parse_variant("sjd-pac[tree-depth=4]").options == {"tree_depth": 4}
+    for bad, match in [("sjd-pac[tree_budget]", "key=value"), ("sjd[tree_budget=3]", "no option"),
+                       ("nope", "unknown method"), ("sjd-pac[window=0]", "window"), ("sjd-pac[x=1", "METHOD")]:
+        with pytest.raises(ConfigError, match=match):
+            parse_variant(bad)
