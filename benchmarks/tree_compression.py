@@ -18,7 +18,7 @@ import torch
 from tqdm.auto import tqdm
 
 from jacobigen.api import generate
-from jacobigen.bench import encode, fits
+from jacobigen.bench import encode, unbuildable
 from jacobigen.methods import parse_variant, split_variants
 from jacobigen.models import load_pipeline
 from jacobigen.threads import choose_threads
@@ -43,7 +43,7 @@ def main(argv=None) -> str:
     windows = [int(w) for w in args.windows.split(",")]
     jobs = [(v, w) for v in map(parse_variant, split_variants(args.methods))
             for w in ([v.window] if v.window else windows)]
-    jobs = [(v, w) for v, w in jobs if fits(v, w)]
+    jobs = [(v, w) for v, w in jobs if unbuildable(v, w) is None]
     lines = [f"Step compression on the {pipe.name} model: {len(prompts)} prompts x {args.seeds} seeds per row "
              f"(`python benchmarks/tree_compression.py`), AR takes {pipe.layout.length} forward passes per image.", "",
              "| method | window | NFE/image (± s.e.) | step compression | sibling tokens/image |", "|---|---|---|---|---|"]

@@ -63,7 +63,7 @@ def test_tree_block_matches_paths():
     import random
     from itertools import product
 
-    from jacobigen.tree import arrange, select, universe
+    from jacobigen.tree import Ranking, arrange, select, universe
 
     levels, width, drafts = 2, 3, 8
     uni = universe(levels, width, torch.device("cpu"))
@@ -90,7 +90,9 @@ def test_tree_block_matches_paths():
         assert [worth(p) for p in paths] == pytest.approx(scores[0].tolist())
 
         count = random.randint(0, 6)
-        nodes = select(uni, scores, torch.tensor([count]), torch.tensor([drafts - count]))
+        extra = torch.where(uni.spine, float("-inf"), scores).sort(dim=1, descending=True, stable=True)
+        nodes = select(uni, Ranking(values, extra.values, extra.indices), torch.tensor([count]),
+                       torch.tensor([drafts - count]))
         tb = arrange(nodes, torch.tensor([9]), torch.arange(10, 10 + drafts)[None],
                      torch.arange(100, 100 + levels * width).view(1, levels, width), drafts + 1)
         off = [p for p in paths if any(p)]

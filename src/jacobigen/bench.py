@@ -155,13 +155,13 @@ def decode_one(pipe: Pipeline, method: str, window: int, prompt: str, seed: int,
 CANDIDATE_WINDOWS = [4, 8, 16, 32, 64]
 
 
-def fits(variant, window: int, why: bool = False):
-    """Whether the variant's parts build at this window (with ``why``: the reason it does not)."""
+def unbuildable(variant, window: int) -> str | None:
+    """Why the variant's parts do not build at this window (None: they do)."""
     try:
         variant.build(window)
     except ConfigError as e:
-        return str(e) if why else False
-    return None if why else True
+        return str(e)
+    return None
 
 
 def choose_window(pipe: Pipeline, variant, prompt: str, seed: int, curve: dict[int, float],
@@ -169,7 +169,7 @@ def choose_window(pipe: Pipeline, variant, prompt: str, seed: int, curve: dict[i
     """Pilot the method at each candidate window and pick the one with the lowest predicted
     time per image on this device: NFE(window) x forward cost(block size(window))."""
     predicted = {}
-    for w in [w for w in CANDIDATE_WINDOWS if fits(variant, w)]:
+    for w in [w for w in CANDIDATE_WINDOWS if unbuildable(variant, w) is None]:
         run = decode_one(pipe, variant.label, w, prompt, seed, **sampling)
         block = block_size(variant.build(w), pipe.layout)
         predicted[w] = predicted_seconds_per_image(run.nfe, block, curve)
@@ -191,13 +191,15 @@ def run_bench(pipe: Pipeline, methods: list[str], windows: list, prompts: list[s
     fixed = [w for w in windows if w != "auto"]
     configs = [("ar", 1, False, True), (PLAIN, 1, False, True)]
     configs += [(s.label, s.window, False, s.method.lossless) for s in specs[1:] if s.window]
-    extra["skipped"] = {f"{s.label} @ {w}": fits(s, w, why=True) for s in specs if not s.window for w in fixed
-                        if not fits(s, w)}                   # e.g. a full tree that does not fit the window
-    configs += [(s.label, w, False, s.method.lossless) for s in specs if not s.window for w in fixed if fits(s, w)]
+    # a (method, window) that cannot be built (a full tree in too small a window) is skipped, with the reason
+    why = {(s.label, w): unbuildable(s, w) for s in specs if not s.window for w in fixed}
+    extra["skipped"] = {f"{label} @ {w}": reason for (label, w), reason in why.items() if reason}
+    configs += [(s.label, w, False, s.method.lossless) for s in specs if not s.window for w in fixed
+                if not why[s.label, w]]
     if "auto" in windows:
         sizes = sorted({1, 2, 4, 8, 16, 32, 48, 64, 96, 128, 160}
                        | {block_size(s.build(w), pipe.layout)
-                          for s in specs if not s.window for w in CANDIDATE_WINDOWS if fits(s, w)})
+                          for s in specs if not s.window for w in CANDIDATE_WINDOWS if unbuildable(s, w) is None})
         guided = {**pipe.defaults, **sampling}.get("cfg") not in (None, 1, 1.0)
         curve = forward_cost_curve(pipe.model, sizes, rows=2 if guided else 1)   # a guided decode runs the pair
         extra.update(cost_curve=curve, auto={})

@@ -19,7 +19,7 @@ from .drafters import Slots
 from .engine import Block, Flight, Segments, per_model_row
 from .masks import BandMask, block_mask, causal
 from .mrs import gather_rows
-from .tree import AutoBudget, arrange, ranked, select, universe
+from .tree import AutoBudget, arrange, rank_candidates, select, universe
 from .verifiers import Window
 
 
@@ -131,20 +131,15 @@ class Chain:
             runner_up = torch.where(top.indices[..., 0] == win.tokens[:, :d], top.values[..., 1], top.values[..., 0])
             if not self.auto.worth_trying(spine_q, runner_up, self.cap):
                 return None
-        win.cand, win.cand_valid = self.tree.expand(win.tokens[:, :d], win.q[:, :d], seg.positions[:, :d],
-                                                    seg.drafting)
-        values = uni.values(win.q[:, :d].gather(-1, win.cand))
-        ok = win.cand_valid.flatten(1)[:, (uni.level - 1) * uni.width + uni.rank] & (uni.level <= m[:, None])
-        scores = uni.scores(values, ok)
-        best = ranked(scores, uni.spine)
-        count = (best > float("-inf")).sum(1).clamp(max=self.cap)
+        ranking = rank_candidates(self.tree, uni, win, seg.positions, seg.drafting, m)
+        count = ranking.available(self.cap)
         if self.auto:
-            count = torch.minimum(count, self.auto.count(best, self.cap))
-        nodes = select(uni, scores, count, w - count)
+            count = torch.minimum(count, self.auto.count(ranking.best, self.cap))
+        nodes = select(uni, ranking, count, w - count)
         if max(nodes.ranks) <= 1:
             return None
         win.tree = nodes
-        self.tree_value = (values * ((nodes.index >= 0) & ~uni.spine)).sum(1)
+        self.tree_value = (ranking.values * ((nodes.index >= 0) & ~uni.spine)).sum(1)
         return arrange(nodes, root, win.tokens, win.cand, self.size)
 
     def commit(self, fl: Flight, seg: Segments, block: Block, p, support, k, nxt, path, cache) -> torch.Tensor:
@@ -165,7 +160,7 @@ class Chain:
         cache.commit(keep, per_model_row(self.step, group))
         self.p, self.support = p, support
         off_spine = torch.zeros_like(k)
-        self.spine = tree.nodes.spine if tree else self.spine.fill_(self.drafts)
+        self.spine = tree.nodes.spine if tree else torch.full_like(self.spine, self.drafts)
         if tree:
             off_spine = ((path[:, 1:] > self.spine[:, None]) & (self.arange_w < k[:, None])).sum(1)
         if self.auto:

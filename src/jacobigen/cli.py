@@ -10,7 +10,7 @@ import click
 from PIL import Image
 
 from .errors import JacobigenError
-from .methods import METHODS, option_value, parse_variant, split_variants
+from .methods import METHODS, parse_options, parse_variant, split_variants
 from .threads import choose_threads
 
 
@@ -26,15 +26,12 @@ def image_grid(images: list[Image.Image], size: int) -> Image.Image:
     return sheet
 
 
-def parse_options(pairs: tuple[str, ...]) -> dict:
-    """``key=value`` pairs; values parsed as JSON when they can be (numbers, booleans)."""
-    out = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise click.BadParameter(f"expected key=value, got {pair!r}", param_hint="--option")
-        out[key.replace("-", "_")] = option_value(value)
-    return out
+def options_of(pairs: tuple[str, ...]) -> dict:
+    """``-o key=value`` pairs as method options."""
+    try:
+        return parse_options(pairs)
+    except JacobigenError as e:
+        raise click.BadParameter(str(e), param_hint="--option") from e
 
 
 THREADS = click.option(
@@ -92,7 +89,7 @@ def generate(prompts, model_spec, device, method, window, seed, num_images, batc
     try:
         if num_images < 1:
             raise click.BadParameter("must be >= 1", param_hint="--num-images")
-        gen_options = dict(method=method, window=window, batch_size=batch_size, **parse_options(options),
+        gen_options = dict(method=method, window=window, batch_size=batch_size, **options_of(options),
                            **{k: v for k, v in dict(cfg=cfg, temperature=temperature, top_k=top_k,
                                                     top_p=top_p).items() if v is not None})
         if prompts_file or use_ray:

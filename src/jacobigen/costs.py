@@ -57,8 +57,7 @@ def block_size(parts, layout) -> int:
     the end of the image draft less)."""
     if parts.layout2d is None:
         return parts.window
-    tree, w = parts.tree, parts.window - 1
-    extra = tree.cap(min(tree.levels, w)) if tree else 0
+    extra = parts.tree.added(parts.window - 1)[1] if parts.tree else 0
     return parts.layout2d.segments(layout.rows, layout.cols) * (parts.window + extra)
 
 

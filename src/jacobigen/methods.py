@@ -119,12 +119,19 @@ def get_method(name: str) -> Method:
         raise ConfigError(f"unknown method {name!r}; available: {', '.join(METHODS)}") from None
 
 
-def option_value(text: str):
-    """A ``key=value`` option's value: JSON where it parses (numbers, booleans), else the text."""
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError:
-        return text
+def parse_options(pairs) -> dict:
+    """``key=value`` texts to options (``-`` in keys read as ``_``); values parsed as JSON where they
+    parse (numbers, booleans), else kept as text."""
+    out = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"expected key=value, got {pair!r}")
+        try:
+            out[key.strip().replace("-", "_")] = json.loads(value)
+        except json.JSONDecodeError:
+            out[key.strip().replace("-", "_")] = value.strip()
+    return out
 
 
 @dataclass(frozen=True)
@@ -146,12 +153,7 @@ def parse_variant(text: str) -> Variant:
     m = re.fullmatch(r"\s*([^\[\]\s]+)\s*(?:\[(.*)\])?\s*", text)
     if not m:
         raise ConfigError(f"expected METHOD or METHOD[key=value,...], got {text!r}")
-    options = {}
-    for pair in filter(None, (m.group(2) or "").split(",")):
-        key, sep, value = pair.partition("=")
-        if not sep or not key.strip():
-            raise ConfigError(f"expected key=value in {text!r}, got {pair!r}")
-        options[key.strip().replace("-", "_")] = option_value(value.strip())
+    options = parse_options(filter(None, (m.group(2) or "").split(",")))
     method = get_method(m.group(1))
     window = options.pop("window", None)
     if window is not None and (isinstance(window, bool) or not isinstance(window, int) or window < 1):

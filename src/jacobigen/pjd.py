@@ -40,7 +40,7 @@ from .engine import Block, Flight, Segments, model_rows, per_model_row
 from .errors import ConfigError
 from .masks import block_mask
 from .rng import Stream
-from .tree import arrange, ranked, select, universe
+from .tree import arrange, rank_candidates, select, universe
 from .verifiers import Window
 
 
@@ -155,12 +155,11 @@ class Rows:
 
     def levels(self, w: int) -> int:
         """Depths with sibling candidates in a segment of w drafts (0: no tree)."""
-        return min(self.tree.levels, w) if self.tree and self.tree.cap(min(self.tree.levels, w)) else 0
+        return self.tree.added(w)[0] if self.tree else 0
 
     def size(self, w: int) -> int:
         """Nodes of a segment with w drafts: anchor, drafts, tree."""
-        d = self.levels(w)
-        return 1 + w + (self.tree.cap(d) if d else 0)
+        return 1 + w + (self.tree.added(w)[1] if self.tree else 0)
 
     @property
     def board_width(self) -> int:
@@ -317,14 +316,9 @@ class Rows:
         """Each segment's tree over d depths after its w [S] drafts: the best ``tree_budget`` nodes
         by value."""
         win = seg.window
-        win.cand, win.cand_valid = self.tree.expand(win.tokens[:, :d], win.q[:, :d], seg.positions[:, :d],
-                                                    seg.drafting)
         uni = universe(d, self.tree.width, torch.device(self.device))
-        values = uni.values(win.q[:, :d].gather(-1, win.cand))
-        ok = win.cand_valid.flatten(1)[:, (uni.level - 1) * uni.width + uni.rank] & (uni.level <= w[:, None])
-        scores = uni.scores(values, ok)
-        count = (ranked(scores, uni.spine) > float("-inf")).sum(1).clamp(max=self.tree.cap(d))
-        win.tree = select(uni, scores, count, w)
+        ranking = rank_candidates(self.tree, uni, win, seg.positions, seg.drafting, w)
+        win.tree = select(uni, ranking, ranking.available(self.tree.cap(d)), w)
         return arrange(win.tree, anchors, win.tokens, win.cand, seg.size)
 
     def commit(self, fl: Flight, seg: Segments, block: Block, p, support, k, nxt, path, cache) -> torch.Tensor:

@@ -91,6 +91,13 @@ class ProactiveTree:
                               f"does not fit a window of {window}: use a window of at least {need} or a tree_budget")
         return (levels, cap) if cap else (0, 0)
 
+    def added(self, drafts: int) -> tuple[int, int]:
+        """(levels, most off-spine nodes) of the tree a layout adds after ``drafts`` drafts (PJD's
+        rows); (0, 0) when no sibling can be added."""
+        levels = min(self.levels, drafts)
+        cap = self.cap(levels) if levels else 0
+        return (levels, cap) if cap else (0, 0)
+
     def expand(self, first: torch.Tensor, q: torch.Tensor, positions: torch.Tensor,
                draws: Draws) -> tuple[torch.Tensor, torch.Tensor]:
         """first [B, D] rank-0 drafts, q [B, D, V]. Returns candidates and validity [B, D, K]."""
@@ -126,6 +133,7 @@ class Universe:
         self.parent = torch.tensor(parent, dtype=torch.int64, device=device)
         self.spine = torch.tensor(spine, device=device)
         self.child = torch.tensor(child, dtype=torch.int64, device=device).view(size + 1, width)
+        self.flat = (self.level - 1) * width + self.rank     # each node's candidate in [levels * K]
         self.size = size
 
     def values(self, cand_q: torch.Tensor) -> torch.Tensor:
@@ -180,20 +188,38 @@ class TreeBlock:
     nodes: TreeNodes
 
 
-def ranked(scores: torch.Tensor, spine: torch.Tensor) -> torch.Tensor:
-    """Off-spine scores sorted best first [R, U] (ties: breadth-first order, parents first)."""
-    return torch.where(spine, float("-inf"), scores).sort(dim=1, descending=True, stable=True).values
+@dataclass
+class Ranking:
+    """The universe's off-spine nodes of R chains, best first (ties: breadth-first order, parents
+    first), with every node's value."""
+
+    values: torch.Tensor     # [R, U] product of q along each node's path
+    best: torch.Tensor       # [R, U] scores, sorted (-inf: the spine, or a node that may not go in)
+    order: torch.Tensor      # [R, U] universe index of each sorted score
+
+    def available(self, cap: int) -> torch.Tensor:
+        """Nodes [R] that may go in, at most ``cap``."""
+        return (self.best > float("-inf")).sum(1).clamp(max=cap)
 
 
-def select(uni: Universe, scores: torch.Tensor, count: torch.Tensor, spine: torch.Tensor) -> TreeNodes:
-    """The ``count`` [R] best off-spine nodes by ``scores`` [R, U] after ``spine`` [R] drafts: block
-    index spine + 1 + slot, in breadth-first order (parents first). Reads the ranks in use (one
-    host read)."""
-    r, dev = scores.shape[0], scores.device
-    extra = torch.where(uni.spine, float("-inf"), scores)
-    order = extra.sort(dim=1, descending=True, stable=True).indices
-    place = torch.empty_like(order).scatter_(1, order, torch.arange(uni.size, device=dev).expand(r, -1))
-    chosen = (place < count[:, None]) & (extra > float("-inf"))
+def rank_candidates(tree: ProactiveTree, uni: Universe, win, positions: torch.Tensor, drafting: Draws,
+                    limit: torch.Tensor) -> Ranking:
+    """Draw the siblings of the tree's depths into ``win`` (its ``cand``, ``cand_valid``) and rank
+    the universe's off-spine nodes; a node deeper than ``limit`` [R] may not go in."""
+    d = uni.levels
+    win.cand, win.cand_valid = tree.expand(win.tokens[:, :d], win.q[:, :d], positions[:, :d], drafting)
+    values = uni.values(win.q[:, :d].gather(-1, win.cand))
+    ok = win.cand_valid.flatten(1)[:, uni.flat] & (uni.level <= limit[:, None])
+    extra = torch.where(uni.spine, float("-inf"), uni.scores(values, ok))
+    best, order = extra.sort(dim=1, descending=True, stable=True)
+    return Ranking(values, best, order)
+
+
+def select(uni: Universe, ranking: Ranking, count: torch.Tensor, spine: torch.Tensor) -> TreeNodes:
+    """The ``count`` [R] best off-spine nodes after ``spine`` [R] drafts: block index spine + 1 +
+    slot, in breadth-first order (parents first). Reads the ranks in use (one host read)."""
+    first = (torch.arange(uni.size, device=count.device) < count[:, None]) & (ranking.best > float("-inf"))
+    chosen = torch.zeros_like(first).scatter_(1, ranking.order, first)
     index = torch.where(chosen, spine[:, None] + chosen.long().cumsum(1), -1)
     index = torch.where(uni.spine, uni.level, index)
     used = ((index >= 0) * (uni.rank + 1)).amax(0)
@@ -212,7 +238,7 @@ def arrange(nodes: TreeNodes, root: torch.Tensor, drafts: torch.Tensor, cand: to
     at = torch.where(chosen, index, size)                                # column of each chosen node
     tokens = torch.zeros(r, size + 1, dtype=torch.int64, device=dev)
     tokens[:, :drafts.shape[1] + 1] = torch.cat([root[:, None], drafts], 1)
-    tokens.scatter_(1, at, cand.flatten(1)[:, (uni.level - 1) * uni.width + uni.rank])
+    tokens.scatter_(1, at, cand.flatten(1)[:, uni.flat])
     depth = torch.cat([cols.expand(r, -1), cols[:1].expand(r, 1)], 1).scatter(1, at, uni.level.expand(r, -1))
     tail = cols > spine[:, None]                                         # extras and padding
     up = torch.where(uni.parent >= 0, index.gather(1, uni.parent.clamp(min=0).expand(r, -1)), 0)
