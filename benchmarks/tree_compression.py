@@ -23,7 +23,7 @@ from jacobigen.methods import parse_variant, split_variants
 from jacobigen.models import load_pipeline
 from jacobigen.threads import choose_threads
 
-DEFAULT = ("scd-mc,sjd-pac,sjd-pac[tree_budget=full],sjd-pac[tree_budget=6],"
+DEFAULT = ("scd-mc,sjd-pac,sjd-pac[tree_min_gain=0],sjd-pac[tree_budget=full],sjd-pac[tree_budget=6],"
            "sjd-pac[tree_depth=4,tree_budget=full,window=113]")
 
 

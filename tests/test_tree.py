@@ -57,6 +57,32 @@ def test_a_tree_that_never_grows_is_the_chain(model):
         assert sum(tree.stats.sibling_tokens) == 0
 
 
+def test_the_automatic_bar_falls_with_the_window():
+    tree = ProactiveTree()
+    assert tree.gain_bar(16) == pytest.approx(0.15) and tree.gain_bar(64) < tree.gain_bar(32) < tree.gain_bar(16)
+    assert ProactiveTree(min_gain=0.3).gain_bar(64) == 0.3
+
+
+@pytest.mark.parametrize("min_gain", [None, 0.5])
+def test_the_cheap_bound_only_skips_trees_the_budget_would_refuse(model, monkeypatch, min_gain):
+    """Drawing candidates for every iteration (no bound) gives the same tokens: the bound skipped
+    only iterations whose tree would hold no sibling. It does skip some."""
+    from jacobigen.tree import AutoBudget
+    bounded = generate(model, [5, 6], method="sjd-pac", window=12, tree_min_gain=min_gain, tree_width=2, **KW)
+    calls = {"bound": 0, "skipped": 0}
+    real = AutoBudget.worth_trying
+
+    def always(self, *args):
+        calls["bound"] += 1
+        calls["skipped"] += not real(self, *args)
+        return True
+
+    monkeypatch.setattr(AutoBudget, "worth_trying", always)
+    unbounded = generate(model, [5, 6], method="sjd-pac", window=12, tree_min_gain=min_gain, tree_width=2, **KW)
+    assert torch.equal(bounded.tokens, unbounded.tokens) and bounded.stats.nfe == unbounded.stats.nfe
+    assert calls["skipped"] > 0
+
+
 def test_full_tree_commits_sibling_tokens(model):
     gen = generate(model, [5, 6], method="sjd-pac", window=24, tree_budget="full", tree_width=2, **KW)
     assert sum(gen.stats.sibling_tokens) > 0

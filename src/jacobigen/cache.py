@@ -55,7 +55,7 @@ class KVCache:
 
     def commit(self, keep: torch.Tensor | None, counts: torch.Tensor) -> None:
         """Keep ``keep[r, :counts[r]]`` (indices into the last block, increasing) for each row;
-        ``keep=None`` keeps the first ``counts[r]`` entries, which are already in place."""
+        entries past ``keep``'s width, and all of them when ``keep=None``, are already in place."""
         counts = counts.to(self.lengths.device)
         if keep is not None and keep.shape[1]:
             keep = keep.to(self.lengths.device)

@@ -30,7 +30,7 @@ class Chain:
         self.tree = tree
         self.levels, self.cap = tree.carve(window) if tree else (0, 0)     # (0, 0): a plain chain
         self.universe = universe(self.levels, tree.width, torch.device(device)) if self.levels else None
-        self.auto = AutoBudget(tree.min_gain) if self.levels and tree.budget == "auto" else None
+        self.auto = AutoBudget(tree.gain_bar(window)) if self.levels and tree.budget == "auto" else None
         self.arange_w = torch.arange(w, device=device)
         self.depths = torch.arange(w + 1, device=device)
         self.band: BandMask | None = None
@@ -129,7 +129,7 @@ class Chain:
             spine_q = q.gather(-1, win.tokens[:, :d, None])[..., 0]
             top = q.topk(2, -1)
             runner_up = torch.where(top.indices[..., 0] == win.tokens[:, :d], top.values[..., 1], top.values[..., 0])
-            if not self.auto.worth_trying(spine_q, runner_up, self.cap):
+            if not self.auto.worth_trying(spine_q, runner_up, self.cap, self.tree.width):
                 return None
         ranking = rank_candidates(self.tree, uni, win, seg.positions, seg.drafting, m)
         count = ranking.available(self.cap)
@@ -155,8 +155,9 @@ class Chain:
         fl.board.scatter_(1, (n + k)[:, None], nxt[:, None])
         self.step = (k + 1) * active
         group = cache.rows // n.shape[0]
-        # a chain keeps a prefix of its block, already in place; a tree's path is moved there
-        keep = per_model_row(path, group) if tree else None
+        # a chain keeps a prefix of its block, already in place; a tree's path is moved there (only
+        # its first levels + 1 entries: a path deeper than the tree runs along the spine, in place)
+        keep = per_model_row(path[:, :self.levels + 1], group) if tree else None
         cache.commit(keep, per_model_row(self.step, group))
         self.p, self.support = p, support
         off_spine = torch.zeros_like(k)

@@ -31,7 +31,7 @@ from .verifiers import Verifier
 
 DRAFTERS = {"independent": Independent, "mc": Coupled, "gs": GumbelShared}
 VP_DEFAULTS = {"vp_history": 4, "vp_growth_steps": 3, "vp_top_k": 50, "vp_weight": 1.0, "vp_decay": 0.5}
-TREE_DEFAULTS = {"tree_depth": 3, "tree_width": 4, "tree_budget": "auto", "tree_min_gain": 0.25}
+TREE_DEFAULTS = {"tree_depth": 3, "tree_width": 4, "tree_budget": "auto", "tree_min_gain": None}
 PJD_TREE_BUDGET = 3    # PJD's rows have no window to carve from: a few siblings, added to each row
 PJD_DEFAULTS = {"pjd_context": None, "pjd_ratio": 0.5, "pjd_rows": None}
 
