@@ -78,6 +78,15 @@ def test_top_k_slice_is_exact(model, exact, method):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("method,alpha,sampling", [("scd-mc", 0.5, "plain"), ("scd-gs", 0.5, "cfg-topp"),
+                                                   ("scd-gs", 0.3, "topk"), ("scd-gs+pac", 0.7, "plain")])
+def test_every_coupling_strength_is_exact(model, exact, method, alpha, sampling):
+    """SCD's alpha sweep: a coin per slot between coupling and a fresh draw."""
+    opts = {k: v for k, v in SMALL_TREE.items() if k in METHODS[method].options}
+    assert pvalue(model, exact, METHODS[method].build(6, alpha=alpha, **opts), True, sampling) > PASS
+
+
+@pytest.mark.slow
 def test_narrowed_support_is_rejected(model, exact):
     assert pvalue(model, exact, Parts(NarrowSupport(), Verifier(), 6), True, "topk") < FAIL
 

@@ -35,6 +35,27 @@ def _as_batch(prompt) -> list[list[int]]:
     return [list(prompt)] if isinstance(prompt[0], int) else [list(p) for p in prompt]
 
 
+def prompt_rows(prompt, seed: int | list[int], uncond, guided: bool) -> tuple[list[list[int]], list[int]]:
+    """The decoder's model rows (cond and uncond interleaved when guided) and one seed per
+    sequence, by :func:`generate`'s rules for ``prompt``, ``seed`` and ``uncond``."""
+    prompts = _as_batch(prompt)
+    seeds = [seed + i for i in range(len(prompts))] if isinstance(seed, int) else list(seed)
+    if len(prompts) == 1:
+        prompts = prompts * len(seeds)
+    if len(seeds) != len(prompts):
+        raise ConfigError(f"{len(seeds)} seeds for {len(prompts)} prompts")
+    if not guided:
+        return prompts, seeds
+    if uncond is None:
+        raise ConfigError("cfg != 1 needs an unconditional prompt (uncond=...)")
+    unconds = _as_batch(uncond)
+    if len(unconds) == 1:
+        unconds = unconds * len(prompts)
+    if len(unconds) != len(prompts):
+        raise ConfigError(f"{len(unconds)} unconditional prompts for {len(prompts)} prompts")
+    return [r for pair in zip(prompts, unconds) for r in pair], seeds
+
+
 def generate(model, prompt, *, layout: ImageLayout, method: str = "sjd", window: int = 32,
              seed: int | list[int] = 0, cfg: float = 1.0, uncond=None, temperature: float = 1.0,
              top_k: int | None = None, top_p: float | None = None, progress: bool = False,
@@ -57,22 +78,7 @@ def generate(model, prompt, *, layout: ImageLayout, method: str = "sjd", window:
     if batch_size is not None and (not isinstance(batch_size, int) or batch_size < 1):
         raise ConfigError(f"batch_size must be an integer >= 1, got {batch_size!r}")
     sampling = SamplingConfig(temperature=temperature, top_k=top_k, top_p=top_p, cfg=cfg)
-    prompts = _as_batch(prompt)
-    seeds = [seed + i for i in range(len(prompts))] if isinstance(seed, int) else list(seed)
-    if len(prompts) == 1:
-        prompts = prompts * len(seeds)
-    if len(seeds) != len(prompts):
-        raise ConfigError(f"{len(seeds)} seeds for {len(prompts)} prompts")
-    rows = prompts
-    if sampling.guided:
-        if uncond is None:
-            raise ConfigError("cfg != 1 needs an unconditional prompt (uncond=...)")
-        unconds = _as_batch(uncond)
-        if len(unconds) == 1:
-            unconds = unconds * len(prompts)
-        if len(unconds) != len(prompts):
-            raise ConfigError(f"{len(unconds)} unconditional prompts for {len(prompts)} prompts")
-        rows = [r for pair in zip(prompts, unconds) for r in pair]
+    rows, seeds = prompt_rows(prompt, seed, uncond, sampling.guided)
     parts = spec.build(window, **options)
     tokens, stats = make_decoder(model, layout, sampling, parts, timing).run(rows, seeds, progress, batch_size)
     stats.lossless = spec.lossless

@@ -54,6 +54,7 @@ def _decode(engine: Engine, prefixes, seeds, batch_size, on_progress):
     engine.nfe, engine.forward_time = 0, 0.0
     stats = DecodeStats.start(total)
     out = torch.zeros(total, length, dtype=torch.int64, device=dev)
+    when = torch.zeros(total, length, dtype=torch.int64, device=dev)
     admitted = 0
 
     def admit() -> None:
@@ -78,6 +79,8 @@ def _decode(engine: Engine, prefixes, seeds, batch_size, on_progress):
         fl.committed[free] = 1
         fl.base[mrows] = torch.tensor([len(x) for x in pre], device=dev)
         fl.seeds[free], fl.iteration[free] = row_seeds, 0
+        fl.when[free] = -1
+        fl.when[free, 0] = 0
         fl.live &= ~fresh
         sched.admit(fl, fresh, first, cache)
         engine.parts.drafter.reset(fresh)
@@ -91,6 +94,7 @@ def _decode(engine: Engine, prefixes, seeds, batch_size, on_progress):
         step = engine.step(fl, cache, running)
         fl.committed = fl.committed + step
         fl.live = running
+        fl.when = torch.where(sched.settled(fl) & (fl.when < 0), fl.iteration[:, None], fl.when)
         stats.record(fl.seq, step, running, *sched.tally)
         was, running = running, fl.committed < length
         done = was & ~running
@@ -101,6 +105,7 @@ def _decode(engine: Engine, prefixes, seeds, batch_size, on_progress):
             n_done = int(done.sum())
         if n_done:
             out[fl.seq[done]] = fl.board[done, :length]
+            when[fl.seq[done]] = fl.when[done]
             fl.seq = torch.where(done, -1, fl.seq)
             if admitted < total:
                 admit()
@@ -117,6 +122,7 @@ def _decode(engine: Engine, prefixes, seeds, batch_size, on_progress):
                 running = running[rows]
 
     stats.finish(nfe=engine.nfe, wall=time.perf_counter() - t_start, forward=engine.measured_forward_time)
+    stats.when = when.cpu()
     return out, stats
 
 
@@ -125,4 +131,4 @@ def _empty_flight(rows: int, group: int, width: int, length: int, device) -> Fli
     def zeros(*shape):
         return torch.zeros(shape, dtype=torch.int64, device=device)
     return Flight(zeros(rows) - 1, zeros(rows), zeros(rows), zeros(rows * group), zeros(rows, width),
-                  zeros(rows) + length, torch.zeros(rows, dtype=torch.bool, device=device))
+                  zeros(rows) + length, torch.zeros(rows, dtype=torch.bool, device=device), zeros(rows, length) - 1)

@@ -56,6 +56,7 @@ class Row:
     latency_speedup_vs_ar: float = 0.0  # wall time, against ar
     fid_vs_ar: float | None = None    # against ar's images on other seeds (ar's own row: the noise)
     fid_vs_data: float | None = None  # against the model's held-out images
+    acceptance: list | None = None    # the first image's acceptance map: iteration of each token [rows][cols]
 
     @property
     def baseline(self) -> bool:
@@ -90,6 +91,8 @@ class Row:
         self.forward = None if run.forward is None or self.forward is None else mean(self.forward, run.forward)
         for k, v in run.histogram.items():
             self.histogram[k] = self.histogram.get(k, 0) + v
+        if self.acceptance is None and run.acceptance is not None:
+            self.acceptance = run.acceptance
         self.runs = n + 1
 
     def as_dict(self) -> dict:
@@ -109,6 +112,7 @@ class Run:
     histogram: dict
     nodes: float
     sibling_tokens: int
+    acceptance: list | None = None      # iteration that committed each image token [rows][cols]
 
 
 def encode(pipe: Pipeline, prompt: str) -> tuple[list[int], list[int]]:
@@ -149,7 +153,7 @@ def decode_one(pipe: Pipeline, method: str, window: int, prompt: str, seed: int,
         n = pipe.layout.length
         return Run(n, wall, cpu, None, {1: n - 1}, 1.0, 0)
     return Run(stats.nfe, wall, cpu, stats.forward_time, stats.histogram(), stats.nodes_per_iteration,
-               sum(stats.sibling_tokens))
+               sum(stats.sibling_tokens), pipe.layout.grid(stats.when)[0].tolist())
 
 
 CANDIDATE_WINDOWS = [4, 8, 16, 32, 64]

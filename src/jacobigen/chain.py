@@ -33,6 +33,7 @@ class Chain:
         self.auto = AutoBudget(tree.gain_bar(window)) if self.levels and tree.budget == "auto" else None
         self.arange_w = torch.arange(w, device=device)
         self.depths = torch.arange(w + 1, device=device)
+        self.positions = torch.arange(self.length, device=device)
         self.band: BandMask | None = None
 
     @property
@@ -47,6 +48,10 @@ class Chain:
     def block_slack(self) -> int:
         """Cache slots past the image that a block may write into."""
         return self.size
+
+    def settled(self, fl: Flight) -> torch.Tensor:
+        """Committed positions [B, length]: a prefix."""
+        return self.positions < fl.committed[:, None]
 
     def start(self, rows: int, vocab: int, cache) -> None:
         w, dev = self.drafts, self.device

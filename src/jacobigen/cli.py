@@ -79,10 +79,12 @@ def main():
 @click.option("--address", default=None, help="Ray cluster address (default: start a local instance).")
 @click.option("--workers", default=2, show_default=True, type=click.IntRange(min=1), help="Ray workers.")
 @click.option("--progress/--no-progress", default=True, show_default=True)
+@click.option("--trace", is_flag=True,
+              help="Also write OUT's stem + .trace.png: which iteration committed each token, per image.")
 @THREADS
 def generate(prompts, model_spec, device, method, window, seed, num_images, batch_size, cfg, temperature,
              top_k, top_p, options, out, size, stats_path, prompts_file, out_dir, chunk, use_ray, address,
-             workers, progress, threads):
+             workers, progress, threads, trace):
     """Generate images for PROMPTS and report how many forward passes it took."""
     from .models import load_pipeline
 
@@ -124,6 +126,13 @@ def generate(prompts, model_spec, device, method, window, seed, num_images, batc
     if stats_path:
         stats_path.write_text(json.dumps({"method": gen.method.name, "ar_nfe": ar_nfe, **s.as_dict()}, indent=2))
     click.echo(f"wrote {out}")
+    if trace:
+        from .plots import plot_acceptance
+
+        trace_path = out.with_name(out.stem + ".trace.png")
+        titles = [f"{t} (seed {seed + i}): {n} passes" for i, (t, n) in enumerate(zip(texts, s.sequence_nfe))]
+        plot_acceptance(list(pipe.layout.grid(s.when)), titles, trace_path)
+        click.echo(f"wrote {trace_path}")
 
 
 def _generate_jobs(prompts, prompts_file, model_spec, device, num_images, seed, out_dir, chunk, use_ray,
@@ -283,6 +292,34 @@ def throughput(model_spec, device, method_names, batch_sizes, n_images, window, 
     write_report(rows, info, out_dir, {"model": pipe.name, "sampling": pipe.defaults, "window": window})
     click.echo(markdown(rows, info))
     click.echo(f"wrote {out_dir}/: throughput.json, throughput.md, throughput.png")
+
+
+@main.command()
+@click.option("--model", "model_spec", default="default", show_default=True)
+@click.option("--device", default=None, help="cpu, cuda, ... (default: cuda if available).")
+@click.option("--prompt", "prompt_texts", multiple=True,
+              help="A prompt to measure on (repeatable; default: the model's first two example prompts).")
+@click.option("--seeds", "n_seeds", default=4, show_default=True, type=click.IntRange(min=1),
+              help="Images per prompt, seeds 0..N-1.")
+@click.option("--window", default=32, show_default=True, type=click.IntRange(min=2))
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
+              default=Path("analyze-out"), show_default=True)
+@click.option("--progress/--no-progress", default=True, show_default=True)
+@THREADS
+def analyze(model_spec, device, prompt_texts, n_seeds, window, out_dir, progress, threads):
+    """The seed papers' diagnostics on a model: coupling-strength and guidance sweeps, multi-step
+    Hamming distance, accepted lengths, token locality and row dependency (PNG + JSON each)."""
+    from .analyze import run_all
+    from .models import load_pipeline
+
+    try:
+        pipe = load_pipeline(model_spec, device)
+        choose_threads(pipe.model, threads)
+        prompts = list(prompt_texts) or pipe.example_prompts[:2]
+        run_all(pipe, prompts, list(range(n_seeds)), window, out_dir, progress)
+    except JacobigenError as e:
+        raise click.ClickException(str(e)) from e
+    click.echo(f"wrote {out_dir}/: alpha, hamming, cfg, accepted, influence (.png and .json)")
 
 
 @main.command()

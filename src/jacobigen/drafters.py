@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 import torch
 
 from .draws import Draws
+from .errors import ConfigError
 from .mrs import couple
 from .rng import Stream
 
@@ -52,7 +53,23 @@ class Independent(Drafter):
         return draws.sample(slots.belief, slots.positions, Stream.DRAFT), slots.belief
 
 
-class Coupled(Drafter):
+class CouplingStrength(Drafter):
+    """SCD's coupling strength ``alpha``: each slot, each iteration, is coupled with probability
+    alpha (a coin of its own stream) and drawn afresh otherwise: 0 is SJD's independent drafting,
+    1 full coupling. Either branch is a draw from the belief, so every alpha keeps q = p."""
+
+    def __init__(self, alpha: float = 1.0):
+        if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0 <= alpha <= 1:
+            raise ConfigError(f"alpha (coupling strength) must be a number in [0, 1], got {alpha!r}")
+        self.alpha = alpha
+
+    def coupled(self, slots: Slots, draws: Draws, where: torch.Tensor) -> torch.Tensor:
+        if self.alpha == 1:
+            return where
+        return where & (draws.uniform(slots.positions, Stream.MIX) < self.alpha)
+
+
+class Coupled(CouplingStrength):
     """SCD maximal coupling (= SJD-PAC adaptive continuation): keep the old draft with probability
     min(1, p/q) under the new belief p, else draw from the residual. The result is ~ p, so q = p."""
 
@@ -61,10 +78,10 @@ class Coupled(Drafter):
         kept = couple(slots.belief, slots.old_q, slots.old_tokens,
                       draws.uniform(slots.positions, Stream.COUPLE),
                       draws.uniform(slots.positions, Stream.COUPLE, 1))
-        return torch.where(slots.has_old, kept, fresh), slots.belief
+        return torch.where(self.coupled(slots, draws, slots.has_old), kept, fresh), slots.belief
 
 
-class GumbelShared(Drafter):
+class GumbelShared(CouplingStrength):
     """SCD Gumbel sharing: argmax(log p + g) with g fixed per (seed, position) across iterations,
     so a draft changes only when p moves enough. Still a draw from p, so q = p.
 
@@ -74,13 +91,18 @@ class GumbelShared(Drafter):
 
     def draft(self, slots, draws):
         p = slots.belief
-        if slots.support is None:
+        if slots.support is None:                      # every slot may share, prior or not
             ids = torch.arange(p.shape[-1], device=p.device)
-            return (p.log() + draws.shared_gumbel(slots.positions, ids)).argmax(-1), p
-        ids = slots.support
-        pick = (p.gather(-1, ids).log() + draws.shared_gumbel(slots.positions, ids)).argmax(-1, keepdim=True)
-        shared = ids.gather(-1, pick).squeeze(-1)
-        return torch.where(slots.has_belief, shared, draws.sample(p, slots.positions, Stream.DRAFT)), p
+            shared = (p.log() + draws.shared_gumbel(slots.positions, ids)).argmax(-1)
+            if self.alpha == 1:
+                return shared, p
+            sharing = torch.ones_like(slots.has_belief)
+        else:
+            ids = slots.support
+            pick = (p.gather(-1, ids).log() + draws.shared_gumbel(slots.positions, ids)).argmax(-1, keepdim=True)
+            shared, sharing = ids.gather(-1, pick).squeeze(-1), slots.has_belief
+        return torch.where(self.coupled(slots, draws, sharing), shared,
+                           draws.sample(p, slots.positions, Stream.DRAFT)), p
 
 
 class VerificationPrior(Drafter):

@@ -50,6 +50,7 @@ class Flight:
     board: torch.Tensor       # [B, length + 1] committed tokens (newest guesses elsewhere); last: scratch
     committed: torch.Tensor   # [B] committed tokens (>= length: finished or free)
     live: torch.Tensor        # [B] the last forward counted for this row (its targets may be reused)
+    when: torch.Tensor        # [B, length] iteration that committed each token (0: the prefill; -1: not yet)
 
     @property
     def draws(self) -> Draws:
@@ -58,7 +59,7 @@ class Flight:
     def select(self, rows: torch.Tensor, model_rows: torch.Tensor) -> None:
         self.seq, self.seeds, self.iteration = self.seq[rows], self.seeds[rows], self.iteration[rows]
         self.base, self.board = self.base[model_rows], self.board[rows]
-        self.committed, self.live = self.committed[rows], self.live[rows]
+        self.committed, self.live, self.when = self.committed[rows], self.live[rows], self.when[rows]
 
 
 @dataclass

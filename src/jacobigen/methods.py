@@ -34,6 +34,7 @@ VP_DEFAULTS = {"vp_history": 4, "vp_growth_steps": 3, "vp_top_k": 50, "vp_weight
 TREE_DEFAULTS = {"tree_depth": 3, "tree_width": 4, "tree_budget": "auto", "tree_min_gain": None}
 PJD_TREE_BUDGET = 3    # PJD's rows have no window to carve from: a few siblings, added to each row
 PJD_DEFAULTS = {"pjd_context": None, "pjd_ratio": 0.5, "pjd_rows": None}
+COUPLING_DEFAULTS = {"alpha": 1.0}    # SCD's coupling strength (0: independent drafts, 1: full coupling)
 
 
 @dataclass(frozen=True)
@@ -55,7 +56,9 @@ class Method:
     @property
     def options(self) -> dict:
         tree = {**TREE_DEFAULTS, **({"tree_budget": PJD_TREE_BUDGET} if self.layout2d else {})}
-        return {**(VP_DEFAULTS if self.vp else {}), **(tree if self.tree else {}),
+        coupled = self.drafter in ("mc", "gs")
+        return {**(COUPLING_DEFAULTS if coupled else {}), **(VP_DEFAULTS if self.vp else {}),
+                **(tree if self.tree else {}),
                 **(PJD_DEFAULTS if self.layout2d else {}), **self.extra}
 
     def build(self, window: int, **overrides) -> Parts:
@@ -65,7 +68,7 @@ class Method:
             raise ConfigError(f"method {self.name!r} has no option(s) {', '.join(sorted(unknown))} "
                               f"(its options: {known})")
         o = {**self.options, **overrides}
-        drafter = DRAFTERS[self.drafter]()
+        drafter = DRAFTERS[self.drafter](o["alpha"]) if "alpha" in o else DRAFTERS[self.drafter]()
         if self.vp:
             if not 1 <= o["vp_growth_steps"] <= o["vp_history"]:
                 raise ConfigError(f"vp_growth_steps must lie in [1, vp_history={o['vp_history']}]")

@@ -146,6 +146,9 @@ class Rows:
         self.row_start = torch.arange(rows, device=dev) * rl
         self.row_len = torch.full((rows,), rl, device=dev)
         self.row_len[-1] += layout.end_id is not None
+        pos = torch.arange(layout.length, device=dev)
+        self.pos_row = (pos // rl).clamp(max=rows - 1)          # the end token belongs to the last row
+        self.pos_col = pos - self.pos_row * rl
         need = torch.full((rows,), self.context, device=dev)
         if self.context >= layout.cols:
             need[1:] = self.row_len[:-1]
@@ -172,6 +175,10 @@ class Rows:
     @property
     def block_slack(self) -> int:
         return self.segments_max * self.size(self.wd)
+
+    def settled(self, fl: Flight) -> torch.Tensor:
+        """Committed positions [B, length]: a prefix of each image row."""
+        return self.pos_col < self.cnt[:, self.pos_row]
 
     def start(self, rows: int, vocab: int, cache) -> None:
         dev, a, nrows = self.device, self.segments_max, self.layout.rows

@@ -8,6 +8,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+import torch  # noqa: E402
 
 
 def plot_fid_vs_speed(panels: dict[str, list[tuple[str, float, float, bool]]], noise: float, title: str,
@@ -84,6 +85,13 @@ def plot_bench(rows, cost_curve: dict | None, out_dir: Path, fid: dict | None = 
     plt.close(fig)
 
     plot_tokens_vs_nodes([r for r in rows if not r.baseline], out_dir / "tokens_vs_nodes.png")
+    best = {}
+    for r in fixed:                     # one map per method: at its best step compression
+        if r.acceptance and (r.method not in best or r.step_compression > best[r.method].step_compression):
+            best[r.method] = r
+    if best:
+        plot_acceptance([torch.tensor(r.acceptance) for r in best.values()],
+                        [f"{r.method}, window {r.window}" for r in best.values()], out_dir / "acceptance.png")
 
     if cost_curve:
         fig, ax = plt.subplots(figsize=(6, 4))
@@ -135,6 +143,90 @@ def _save_log2(fig, ax, xlabel: str, ylabel: str, path: Path) -> None:
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def plot_acceptance(grids, titles: list[str], path: Path) -> None:
+    """Acceptance maps, one column per image: which iteration committed each token (0: the
+    prefill), how many tokens that iteration committed with it (bright: long accepted runs, dark:
+    one token, AR's pace), and the tokens per iteration."""
+    n = len(grids)
+    fig, axes = plt.subplots(3, n, figsize=(3.2 * n, 7.2), squeeze=False, gridspec_kw={"height_ratios": [3, 3, 1]})
+    for (first, runs, strip), grid, title in zip(axes.T, grids, titles):
+        grid = grid.cpu()
+        per_iteration = grid.flatten().bincount()
+        for ax, values, label, cmap in [(first, grid, "iteration", "viridis"),
+                                        (runs, per_iteration[grid], "tokens committed together", "magma")]:
+            im = ax.imshow(values.numpy(), cmap=cmap, interpolation="nearest")
+            ax.set_xticks([]), ax.set_yticks([])
+            fig.colorbar(im, ax=ax, fraction=0.046, pad=0.02).set_label(label, fontsize=7)
+        first.set_title(title, fontsize=8)
+        strip.bar(range(1, len(per_iteration)), per_iteration[1:].numpy(), width=1.0, color="tab:blue")
+        strip.set_xlabel("iteration", fontsize=7)
+        strip.set_ylabel("tokens", fontsize=7)
+        strip.tick_params(labelsize=6)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def plot_analysis(results: dict, model: str, out: Path) -> None:
+    """One figure per measurement of :func:`jacobigen.analyze.run_all`."""
+    alpha = results["alpha"]
+    methods = list(dict.fromkeys(r["method"] for r in alpha))
+    fig, (ax_nfe, ax_ham) = plt.subplots(1, 2, figsize=(10, 4))
+    for m in methods:
+        rows = [r for r in alpha if r["method"] == m]
+        ax_nfe.plot([r["alpha"] for r in rows], [r["nfe"] for r in rows], "o-", label=m)
+        ax_ham.plot([r["alpha"] for r in rows], [r["hamming"][0] for r in rows], "o-", label=m)
+    ax_nfe.set(xlabel="coupling strength alpha (0: independent drafts)", ylabel="forward passes per image")
+    ax_ham.set(xlabel="coupling strength alpha", ylabel="drafts changed between iterations")
+    for ax in (ax_nfe, ax_ham):
+        ax.legend(fontsize=8)
+    _finish(fig, f"Coupling-strength sweep ({model})", out / "alpha.png")
+
+    full = {r["method"]: r["hamming"] for r in alpha if r["alpha"] == 1.0}
+    fig, ax = plt.subplots(figsize=(5.5, 4))
+    steps = range(1, 1 + max(len(h) for h in full.values()))
+    for i, (m, h) in enumerate(full.items()):
+        ax.bar([s + 0.35 * (i - 0.5) for s in steps], [x or 0 for x in h], width=0.35, label=m)
+    ax.set(xlabel="iterations apart", ylabel="drafts changed", xticks=list(steps))
+    ax.legend(fontsize=8)
+    _finish(fig, f"Multi-step Hamming distance at alpha = 1 ({model})", out / "hamming.png")
+
+    cfg = results["cfg"]
+    fig, ax = plt.subplots(figsize=(5.5, 4))
+    for m in dict.fromkeys(r["method"] for r in cfg):
+        rows = [r for r in cfg if r["method"] == m]
+        ax.plot([r["cfg"] for r in rows], [r["step_compression"] for r in rows], "o-", label=m)
+    ax.set(xlabel="guidance scale", ylabel="step compression (AR passes / passes)")
+    ax.legend(fontsize=8)
+    _finish(fig, f"Guidance sweep ({model})", out / "cfg.png")
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for m, h in results["accepted"].items():
+        total = sum(h["histogram"].values())
+        ks = sorted(h["histogram"])
+        ax.plot(ks, [h["histogram"][k] / total for k in ks], "o-", ms=3,
+                label=f"{m} ({h['single_token_share']:.0%} commit one)")
+    ax.set(xlabel="tokens committed in an iteration", ylabel="share of iterations", yscale="log")
+    ax.legend(fontsize=8)
+    _finish(fig, f"Accepted lengths ({model})", out / "accepted.png")
+
+    inf = results["influence"]
+    fig, (ax_d, ax_o) = plt.subplots(1, 2, figsize=(10, 4))
+    ax_d.plot(inf["distance"], inf["tv_by_distance"], "-")
+    ax_d.set(xlabel="image tokens after the changed one", ylabel="TV of the target", xscale="log")
+    ax_o.bar(inf["column_offset"], inf["tv_by_column_offset"], width=0.9)
+    ax_o.set(xlabel="changed token (row above): columns right of the target",
+             ylabel="TV of the target")
+    _finish(fig, f"Locality and row dependency ({model})", out / "influence.png")
+
+
+def _finish(fig, title: str, path: Path) -> None:
+    fig.suptitle(title)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

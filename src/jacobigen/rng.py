@@ -27,6 +27,7 @@ class Stream:
     COUPLE = 4
     GUMBEL = 5
     TREE = 6
+    MIX = 7
 
 
 def _mul32(x: torch.Tensor, c: int) -> torch.Tensor:

@@ -28,6 +28,8 @@ class DecodeStats:
     wall_time: float = 0.0
     forward_time: float | None = 0.0
     lossless: bool = True        # False for relaxed (lossy) verifiers
+    when: torch.Tensor | None = field(default=None, repr=False, compare=False)   # [B, length] iteration
+    #   that committed each token (0: the prefill): the acceptance map
     _pending: list = field(default_factory=list, repr=False, compare=False)
 
     @classmethod
