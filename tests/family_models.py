@@ -40,7 +40,7 @@ def chameleon(codes: int = 64, seed: int = 0, attn: str = "sdpa"):
         code = codes - 1 - i
         vocab["IMGIMG" + "".join(chr(ord("A") + int(d)) for d in str(code)) + "Z"] = 4 + i
     nxt = 4 + codes
-    specials = [IMAGE_START, IMAGE_END, NEW_LINE, TURN_END] + [grid_token(n) for n in range(1, 5)]
+    specials = [IMAGE_START, IMAGE_END, NEW_LINE, TURN_END] + [grid_token(n) for n in range(1, 33)]
     for s in specials:
         vocab[s] = nxt
         nxt += 1
@@ -57,10 +57,10 @@ def chameleon(codes: int = 64, seed: int = 0, attn: str = "sdpa"):
     return model, word_tokenizer(vocab, specials, bos_token="<s>", eos_token="</s>", pad_token="<pad>")
 
 
-def tiny_vq(codes: int, embed_dim: int = 8, l2_norm: bool = False, up_attention: bool = True):
+def tiny_vq(codes: int, embed_dim: int = 8, l2_norm: bool = False, up_attention: bool = True, seed: int = 1):
     from jacobigen.families.vq import VQDecoder
 
-    torch.manual_seed(1)
+    torch.manual_seed(seed)
     return VQDecoder(codes, embed_dim, z_channels=32, base_channels=32, channel_multiplier=(1, 1, 2),
                      num_res_blocks=1, l2_norm=l2_norm, up_attention=up_attention).eval()
 
@@ -155,13 +155,16 @@ def emu3(codes: int = 64, seed: int = 0, attn: str = "sdpa"):
 
 # --- LlamaGen -------------------------------------------------------------------------------------
 
-def llamagen(model_type: str = "c2i", seed: int = 0):
+LLAMAGEN_ARCH = dict(dim=64, n_layer=2, n_head=4, n_kv_head=2, multiple_of=32, vocab_size=64, num_classes=10,
+                     caption_dim=16, bank_prompts=4)
+
+
+def llamagen(model_type: str = "c2i", seed: int = 0, **over):
     from jacobigen.families.llamagen import LlamaGen, LlamaGenConfig
 
     torch.manual_seed(seed)
-    c = LlamaGenConfig(dim=64, n_layer=2, n_head=4, n_kv_head=2, multiple_of=32, vocab_size=64, num_classes=10,
-                       block_size=16, model_type=model_type, caption_dim=16,
-                       cls_token_num=6 if model_type == "t2i" else 1, bank_prompts=4)
+    c = LlamaGenConfig(**{**LLAMAGEN_ARCH, "block_size": 16, "model_type": model_type,
+                          "cls_token_num": 6 if model_type == "t2i" else 1, **over})
     m = LlamaGen(c).eval()
     with torch.no_grad():
         for p in m.parameters():
@@ -204,3 +207,23 @@ def to_taming_keys(state: dict, levels: int) -> dict:
             k = f"decoder.up.{levels - 1 - int(m.group(1))}.{m.group(2)}"
         out[k] = v
     return out
+
+
+def llamagen_arch_json(directory) -> None:
+    """What the shapes cannot tell about the tiny GPTs (heads, FFN rounding), as ``llamagen.json``."""
+    import json
+
+    arch = {k: LLAMAGEN_ARCH[k] for k in ("n_head", "n_kv_head", "multiple_of", "bank_prompts")}
+    (directory / "llamagen.json").write_text(json.dumps(arch))
+
+
+def tiny_t5(directory, dim: int = 16) -> None:
+    """A one-layer T5 encoder and word tokenizer saved where LlamaGen t2i looks for FLAN-T5."""
+    from transformers import T5Config, T5EncoderModel
+
+    vocab = {"<pad>": 0, "</s>": 1, "<unk>": 2}
+    _words(vocab, 3)
+    torch.manual_seed(2)
+    T5EncoderModel(T5Config(vocab_size=len(vocab), d_model=dim, d_kv=8, d_ff=32, num_layers=1, num_heads=2)
+                   ).save_pretrained(directory)
+    word_tokenizer(vocab, [], eos_token="</s>", pad_token="<pad>").save_pretrained(directory)

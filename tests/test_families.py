@@ -24,6 +24,13 @@ def chameleon_pipe(attn="sdpa"):
     return hf, chameleon_pipeline(hf, tok, size=64, vq_decoder=fm.tiny_vq(64, up_attention=False))
 
 
+def anole_pipe(attn="sdpa"):
+    from jacobigen.families.anole import anole_pipeline
+
+    hf, tok = fm.chameleon(attn=attn)
+    return hf, anole_pipeline(hf, tok, fm.tiny_vq(64, up_attention=False), side=4)
+
+
 def janus_pipe(attn="sdpa"):
     from jacobigen.families.janus import janus_pipeline
 
@@ -45,7 +52,7 @@ def llamagen_pipe(kind):
     return m, llamagen_pipeline(m, fm.tiny_vq(64, l2_norm=True), fm.caption if kind == "t2i" else None)
 
 
-BUILD = {"chameleon": chameleon_pipe, "janus": janus_pipe, "emu3": emu3_pipe,
+BUILD = {"chameleon": chameleon_pipe, "anole": anole_pipe, "janus": janus_pipe, "emu3": emu3_pipe,
          "llamagen-c2i": lambda: llamagen_pipe("c2i"), "llamagen-t2i": lambda: llamagen_pipe("t2i")}
 PROMPT = {"llamagen-c2i": "3"}
 
@@ -83,7 +90,7 @@ def reference(name, hf, pipe, cond, uncond):
         out = hf.generate(torch.tensor([cond]), max_new_tokens=lay.length, do_sample=False, guidance_scale=CFG,
                           negative_prompt_ids=torch.tensor([uncond]), prefix_allowed_tokens_fn=allowed_fn)
         return out[0, len(cond):].tolist()
-    if name == "chameleon":
+    if name in ("chameleon", "anole"):
         def step(x, cache):   # ChameleonModel + lm_head: its forward masks image ids for text generation
             with torch.no_grad():
                 return hf.lm_head(hf.model(input_ids=x, cache=cache, use_cache=True).last_hidden_state)[0, -1]
@@ -105,7 +112,7 @@ def test_greedy_ar_matches_family_reference(family):
     assert ar.tolist() == reference(name, hf, pipe, cond, uncond)
 
 
-@pytest.mark.parametrize("name", ["chameleon", "janus", "emu3"])
+@pytest.mark.parametrize("name", ["chameleon", "anole", "janus", "emu3"])
 def test_eager_attention_gets_the_same_mask(name):
     """Our float 4-D mask must reach eager attention unmodified, as it does SDPA."""
     hf, pipe = BUILD[name]("eager")
@@ -130,6 +137,8 @@ def test_layout_and_decoded_size(family):
     if name in ("chameleon", "emu3"):   # EOL after every row, then end-of-image (Emu3: EOF)
         assert ar[lay.cols:lay.rows * (lay.cols + 1):lay.cols + 1].eq(lay.eol_id).all()
         assert int(ar[-1]) == lay.end_id and ar.numel() == lay.rows * (lay.cols + 1) + 1
+    elif name == "anole":               # no EOL; <eoss> closes the grid
+        assert lay.eol_id is None and int(ar[-1]) == lay.end_id and ar.numel() == lay.rows * lay.cols + 1
     else:
         assert lay.eol_id is None and lay.end_id is None and ar.numel() == lay.rows * lay.cols
     grid = lay.grid(ar[None])
@@ -165,7 +174,7 @@ def test_refilled_batches_match_each_prompt_alone(family):
 
 # --- loading ------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("family_name", ["chameleon", "lumina-mgpt", "janus", "emu3", "llamagen"])
+@pytest.mark.parametrize("family_name", ["chameleon", "lumina-mgpt", "anole", "janus", "emu3", "llamagen"])
 def test_missing_directory_names_the_path(tmp_path, family_name):
     missing = tmp_path / "no-such-model"
     with pytest.raises(WeightsError, match=str(missing)):

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
+from .contract import ImageModel
 from .errors import ConfigError
 from .jacobi import JacobiDecoder, Parts
 from .layout import ImageLayout
@@ -22,7 +23,7 @@ class Generation:
     method: Method
 
 
-def make_decoder(model, layout: ImageLayout, sampling: SamplingConfig, parts: Parts,
+def make_decoder(model: ImageModel, layout: ImageLayout, sampling: SamplingConfig, parts: Parts,
                  timing: bool = False) -> JacobiDecoder:
     return JacobiDecoder(model, layout, sampling, parts, timing)
 
@@ -56,7 +57,7 @@ def prompt_rows(prompt, seed: int | list[int], uncond, guided: bool) -> tuple[li
     return [r for pair in zip(prompts, unconds) for r in pair], seeds
 
 
-def generate(model, prompt, *, layout: ImageLayout, method: str = "sjd", window: int = 32,
+def generate(model: ImageModel, prompt, *, layout: ImageLayout, method: str = "sjd", window: int = 32,
              seed: int | list[int] = 0, cfg: float = 1.0, uncond=None, temperature: float = 1.0,
              top_k: int | None = None, top_p: float | None = None, progress: bool = False,
              batch_size: int | None = None, timing: bool = False, **options) -> Generation:

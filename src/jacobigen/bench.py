@@ -23,6 +23,7 @@ from PIL import Image
 from tqdm.auto import tqdm
 
 from .api import generate
+from .contract import model_device
 from .costs import block_size, forward_cost_curve, predicted_seconds_per_image
 from .engine import sync
 from .errors import ConfigError, JacobigenError
@@ -133,7 +134,7 @@ def decode_one(pipe: Pipeline, method: str, window: int, prompt: str, seed: int,
     step compression is 1; every iteration commits one token."""
     opts = {**pipe.defaults, **sampling}
     tokens, uncond = encode(pipe, prompt)
-    device = next(pipe.model.parameters()).device
+    device = model_device(pipe.model)
     if method == PLAIN:
         opts = {k: v for k, v in opts.items() if v is not None}
         if set(opts) - {"cfg", "temperature", "top_k"}:

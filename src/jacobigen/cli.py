@@ -39,6 +39,11 @@ THREADS = click.option(
     help="Torch CPU threads (default: 1 for a model under 50M parameters on the CPU, where a second "
          "OpenMP thread stalls whenever the other core is busy; else torch's default).")
 
+TRUST = click.option(
+    "--trust-checkpoint", is_flag=True,
+    help="Let pickled checkpoints that hold Python objects load (LlamaGen's training checkpoints store "
+         "their argparse.Namespace). Unpickling can run code: only for files you trust.")
+
 
 @click.group()
 @click.version_option(package_name="jacobigen")
@@ -82,9 +87,10 @@ def main():
 @click.option("--trace", is_flag=True,
               help="Also write OUT's stem + .trace.png: which iteration committed each token, per image.")
 @THREADS
+@TRUST
 def generate(prompts, model_spec, device, method, window, seed, num_images, batch_size, cfg, temperature,
              top_k, top_p, options, out, size, stats_path, prompts_file, out_dir, chunk, use_ray, address,
-             workers, progress, threads, trace):
+             workers, progress, threads, trust_checkpoint, trace):
     """Generate images for PROMPTS and report how many forward passes it took."""
     from .models import load_pipeline
 
@@ -96,10 +102,10 @@ def generate(prompts, model_spec, device, method, window, seed, num_images, batc
                                                     top_p=top_p).items() if v is not None})
         if prompts_file or use_ray:
             return _generate_jobs(prompts, prompts_file, model_spec, device, num_images, seed, out_dir, chunk,
-                                  use_ray, address, workers, progress, threads, gen_options)
+                                  use_ray, address, workers, progress, threads, gen_options, trust_checkpoint)
         if not prompts:
             raise click.UsageError("give PROMPTS or --prompts FILE")
-        pipe = load_pipeline(model_spec, device)
+        pipe = load_pipeline(model_spec, device, trust_checkpoint)
         choose_threads(pipe.model, threads)
         if pipe.note:
             click.echo(f"model: {pipe.name} ({pipe.note})")
@@ -136,7 +142,7 @@ def generate(prompts, model_spec, device, method, window, seed, num_images, batc
 
 
 def _generate_jobs(prompts, prompts_file, model_spec, device, num_images, seed, out_dir, chunk, use_ray,
-                   address, workers, progress, threads, gen_options):
+                   address, workers, progress, threads, gen_options, trust_checkpoint):
     """One PNG and record per image in ``out_dir``, locally or on Ray; finished images are skipped."""
     import time
 
@@ -161,11 +167,11 @@ def _generate_jobs(prompts, prompts_file, model_spec, device, num_images, seed, 
         from .distributed import run_ray
 
         run = run_ray(model_spec, jobs, outputs, workers=workers, address=address, device=device, chunk=chunk,
-                      on_result=lambda job, rec: bar.update(1), **gen_options)
+                      on_result=lambda job, rec: bar.update(1), trust_checkpoint=trust_checkpoint, **gen_options)
     else:
         from .models import load_pipeline
 
-        pipe = load_pipeline(model_spec, device)
+        pipe = load_pipeline(model_spec, device, trust_checkpoint)
         choose_threads(pipe.model, threads)
         if pipe.note:
             click.echo(f"model: {pipe.name} ({pipe.note})")
@@ -227,7 +233,9 @@ def _variants(ctx, param, value):
 @click.option("--compile", "use_compile", is_flag=True,
               help="Also run the bench with the model forward under torch.compile(dynamic=True), in "
                    "OUT/threads-N-compiled/, compared against compiled ar and the compiled plain loop.")
-def bench(model_spec, device, method_names, windows, n_prompts, n_seeds, n_fid, out_dir, thread_counts, use_compile):
+@TRUST
+def bench(model_spec, device, method_names, windows, n_prompts, n_seeds, n_fid, out_dir, thread_counts, use_compile,
+          trust_checkpoint):
     """Compare methods on the same prompts and seeds; write bench.json and bench.md."""
     from .bench import run_fid, run_settings, write_reports
     from .models import load_pipeline
@@ -235,7 +243,7 @@ def bench(model_spec, device, method_names, windows, n_prompts, n_seeds, n_fid, 
     try:
         if thread_counts is not None and not all(isinstance(t, int) and t >= 1 for t in thread_counts or [0]):
             raise click.BadParameter("thread counts must be >= 1", param_hint="--threads")
-        pipe = load_pipeline(model_spec, device)
+        pipe = load_pipeline(model_spec, device, trust_checkpoint)
         if pipe.note:
             click.echo(f"model: {pipe.name} ({pipe.note})")
         if n_prompts < 1 or n_seeds < 1:
@@ -276,7 +284,9 @@ def bench(model_spec, device, method_names, windows, n_prompts, n_seeds, n_fid, 
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
               default=Path("bench-out/throughput"), show_default=True)
 @THREADS
-def throughput(model_spec, device, method_names, batch_sizes, n_images, window, repeats, out_dir, threads):
+@TRUST
+def throughput(model_spec, device, method_names, batch_sizes, n_images, window, repeats, out_dir, threads,
+               trust_checkpoint):
     """Images/s and tokens/s against batch size; write throughput.json, .md and .png."""
     from .models import load_pipeline
     from .throughput import markdown, run_throughput, write_report
@@ -284,7 +294,7 @@ def throughput(model_spec, device, method_names, batch_sizes, n_images, window, 
     try:
         if any(b < 1 for b in batch_sizes):
             raise click.BadParameter("batch sizes must be >= 1", param_hint="--batch")
-        pipe = load_pipeline(model_spec, device)
+        pipe = load_pipeline(model_spec, device, trust_checkpoint)
         choose_threads(pipe.model, threads)
         rows, info = run_throughput(pipe, method_names, batch_sizes, n_images, window, repeats)
     except JacobigenError as e:
@@ -306,14 +316,15 @@ def throughput(model_spec, device, method_names, batch_sizes, n_images, window, 
               default=Path("analyze-out"), show_default=True)
 @click.option("--progress/--no-progress", default=True, show_default=True)
 @THREADS
-def analyze(model_spec, device, prompt_texts, n_seeds, window, out_dir, progress, threads):
+@TRUST
+def analyze(model_spec, device, prompt_texts, n_seeds, window, out_dir, progress, threads, trust_checkpoint):
     """The seed papers' diagnostics on a model: coupling-strength and guidance sweeps, multi-step
     Hamming distance, accepted lengths, token locality and row dependency (PNG + JSON each)."""
     from .analyze import run_all
     from .models import load_pipeline
 
     try:
-        pipe = load_pipeline(model_spec, device)
+        pipe = load_pipeline(model_spec, device, trust_checkpoint)
         choose_threads(pipe.model, threads)
         prompts = list(prompt_texts) or pipe.example_prompts[:2]
         run_all(pipe, prompts, list(range(n_seeds)), window, out_dir, progress)

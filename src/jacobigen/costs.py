@@ -12,6 +12,7 @@ import time
 
 import torch
 
+from .contract import model_device
 from .engine import sync
 from .masks import block_mask, causal
 
@@ -19,7 +20,7 @@ from .masks import block_mask, causal
 def forward_cost_curve(model, sizes: list[int], context: int = 64, reps: int = 5, rows: int = 1) -> dict[int, float]:
     """Median seconds of one forward over a block of each size after ``context`` cached tokens, for
     ``rows`` model rows (2 for a guided sequence: its cond/uncond pair)."""
-    device = next(model.parameters()).device
+    device = model_device(model)
     curve = {}
     for size in sizes:
         times = []

@@ -20,13 +20,13 @@ RETRIES = 3     # restarts of a dead worker, and retries of the chunk it held
 class JobWorker:
     """A Ray actor: one pipeline, many chunks."""
 
-    def __init__(self, model_spec: str, device: str | None, threads: int):
+    def __init__(self, model_spec: str, device: str | None, threads: int, trust_checkpoint: bool = False):
         import torch
 
         from .models import load_pipeline
 
         torch.set_num_threads(threads)
-        self.pipe = load_pipeline(model_spec, device)
+        self.pipe = load_pipeline(model_spec, device, trust_checkpoint)
 
     def pid(self) -> int:
         return os.getpid()
@@ -46,7 +46,7 @@ def _ray():
 def run_ray(model_spec: str, jobs: list[Job], outputs: Outputs, *, workers: int = 2,
             address: str | None = None, device: str | None = None, batch_size: int | None = None,
             chunk: int = 16, on_result: Callable[[Job, dict], None] | None = None,
-            on_start: Callable[[list[int]], None] | None = None, **options) -> dict:
+            on_start: Callable[[list[int]], None] | None = None, trust_checkpoint: bool = False, **options) -> dict:
     """Render the pending jobs on ``workers`` Ray actors; with no ``address`` a local Ray instance
     is started (and stopped). Each worker takes a new chunk when it returns one. ``on_start`` gets
     the workers' process ids. Returns run figures (workers, chunks, restarts seen)."""
@@ -65,7 +65,7 @@ def run_ray(model_spec: str, jobs: list[Job], outputs: Outputs, *, workers: int 
     try:
         actor = ray.remote(num_cpus=1, max_restarts=RETRIES, max_task_retries=RETRIES)(JobWorker)
         threads = max(1, (os.cpu_count() or 1) // workers) if not address else 1
-        pool = [actor.remote(model_spec, device, threads) for _ in range(workers)]
+        pool = [actor.remote(model_spec, device, threads, trust_checkpoint) for _ in range(workers)]
         pids = ray.get([a.pid.remote() for a in pool])
         if on_start:
             on_start(pids)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
+from .contract import model_device
 from .draws import Draws
 from .masks import block_mask, prefix_structure
 from .rng import Stream
@@ -96,7 +97,8 @@ class Engine:
     def __init__(self, model, layout, sampling: SamplingConfig, parts, schedule, targets: TargetPipeline,
                  timing: bool = False):
         self.model, self.layout, self.parts, self.schedule = model, layout, parts, schedule
-        self.device = next(model.parameters()).device
+        self.device = model_device(model)
+        self.last_position = model.max_seq_len - 1
         self.group = 2 if sampling.guided else 1
         self.targets_of = targets
         self.timed = timing and self.device.type == "cuda"     # timing syncs only when asked
@@ -105,9 +107,12 @@ class Engine:
     # --- model access -----------------------------------------------------------------------
 
     def forward(self, fl: Flight, block: Block, cache) -> torch.Tensor:
-        """One forward of the batch's block; a guided sequence runs as a (cond, uncond) row pair."""
+        """One forward of the batch's block; a guided sequence runs as a (cond, uncond) row pair.
+        Slots past the image end (slack whose outputs are discarded) get the last position the model
+        takes instead of one beyond its context (the contract: jacobigen.contract.ImageModel)."""
         tokens, node_pos = per_model_row(block.tokens, self.group), per_model_row(block.node_pos, self.group)
-        return self._run_model(tokens, fl.base[:, None] + node_pos, block.mask, cache)
+        positions = (fl.base[:, None] + node_pos).clamp(max=self.last_position)
+        return self._run_model(tokens, positions, block.mask, cache)
 
     def _run_model(self, tokens, positions, mask, cache) -> torch.Tensor:
         if self.timed:

@@ -12,6 +12,7 @@ from tqdm.auto import tqdm
 
 from .batching import decode
 from .chain import Chain
+from .contract import check_model
 from .drafters import Drafter
 from .engine import Engine
 from .errors import ConfigError
@@ -39,7 +40,7 @@ class JacobiDecoder:
     def __init__(self, model, layout: ImageLayout, sampling: SamplingConfig, parts: Parts, timing: bool = False):
         if parts.window < 1:
             raise ConfigError(f"window must be >= 1, got {parts.window}")
-        device = next(model.parameters()).device
+        device = check_model(model)
         targets = TargetPipeline(sampling, layout, model.vocab_size, device)
         if parts.layout2d is not None:
             schedule = Rows(layout, parts.window, parts.tree, parts.layout2d, targets, device)

@@ -48,9 +48,10 @@ def heldout_reference(weights: Path = WEIGHTS) -> tuple[list[str], list[Image.Im
     return meta["captions"], [sheet.crop(box) for box in boxes]
 
 
-def load_pipeline(spec: str = "default", device: str | None = None) -> Pipeline:
+def load_pipeline(spec: str = "default", device: str | None = None, trust_checkpoint: bool = False) -> Pipeline:
     """``default``/``emoji`` (shipped), ``random``, or ``FAMILY:PATH`` for a real model family.
-    ``device=None`` picks CUDA when available."""
+    ``device=None`` picks CUDA when available. ``trust_checkpoint`` lets a family read pickled
+    checkpoints that hold Python objects (unpickling them can run code)."""
     if device is None:
         device = "cuda" if torch.cuda.is_available() else "cpu"
     if spec == "random":
@@ -61,6 +62,6 @@ def load_pipeline(spec: str = "default", device: str | None = None) -> Pipeline:
     from .families import FAMILIES, load_family
 
     if family.lower() in FAMILIES and path:
-        return load_family(family, path, device)
+        return load_family(family, path, device, trust_checkpoint)
     raise ConfigError(f"unknown model {spec!r}: use 'default', 'random' or FAMILY:PATH with FAMILY "
                       f"one of {', '.join(sorted(FAMILIES))}")

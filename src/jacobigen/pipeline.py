@@ -14,6 +14,7 @@ import torch
 from PIL import Image
 
 from .api import Generation, generate
+from .contract import ImageModel
 from .layout import ImageLayout
 from .model import Transformer, TransformerConfig
 
@@ -21,7 +22,7 @@ from .model import Transformer, TransformerConfig
 @dataclass
 class Pipeline:
     name: str
-    model: object
+    model: ImageModel                            # the decoders' model contract
     layout: ImageLayout
     encode: Callable[[str], list[int]]           # text prompt -> conditional prompt tokens
     uncond: list[int]                            # unconditional prompt for CFG

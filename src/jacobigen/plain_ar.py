@@ -18,12 +18,14 @@ from __future__ import annotations
 
 import torch
 
+from .contract import model_device
+
 
 @torch.inference_mode()
 def plain_ar(model, layout, prompt: list[int], uncond: list[int] | None = None, cfg: float = 1.0,
              temperature: float = 1.0, top_k: int | None = None, seed: int = 0) -> torch.Tensor:
     """Sample one image's generated tokens [layout.length] for one prompt."""
-    device = next(model.parameters()).device
+    device = model_device(model)
     gen = torch.Generator(device=device).manual_seed(seed)
     rows = [list(prompt) + list(layout.header)]
     if cfg != 1.0:

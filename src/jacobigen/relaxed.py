@@ -14,6 +14,7 @@ import weakref
 
 import torch
 
+from .contract import model_device
 from .errors import ConfigError
 from .mrs import accepts, residual
 from .verifiers import Verifier
@@ -58,7 +59,7 @@ class _Neighbourhood(Verifier):
     k = 0
 
     def bind(self, model, layout):
-        device = next(model.parameters()).device
+        device = model_device(model)
         self.nb = latent_neighbours(model, layout.image_ids, model.vocab_size, self.k).to(device)
 
     def _mass(self, p: torch.Tensor, d: torch.Tensor) -> torch.Tensor:

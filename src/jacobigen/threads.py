@@ -73,8 +73,10 @@ def environment(model) -> dict:
     """What a timing on this machine depends on: threads, OpenMP wait policy, torch, device, CPU."""
     import torch
 
+    from .contract import model_device
+
     return {"threads": torch.get_num_threads(), "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "unset"),
-            "torch": torch.__version__, "device": str(next(model.parameters()).device), "cpu": cpu_model()}
+            "torch": torch.__version__, "device": str(model_device(model)), "cpu": cpu_model()}
 
 
 def loadavg() -> list[float] | None:

@@ -10,6 +10,8 @@ whose ``update`` writes into our ragged :class:`~jacobigen.cache.KVCache` and re
 from __future__ import annotations
 
 import os
+import pickle
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -40,14 +42,22 @@ def offline() -> None:
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 
-def load_hf(cls, path: Path, what: str, device: str, dtype: torch.dtype | None = None, **kwargs):
-    """``cls.from_pretrained(path)`` offline, with every failure reported as a WeightsError."""
+def load_hf(cls, path: Path, what: str, device: str, dtype: torch.dtype | None = None,
+            repair: Callable[[nn.Module, Path, list[str]], None] | None = None, **kwargs):
+    """``cls.from_pretrained(path)`` offline, with every failure reported as a WeightsError.
+    ``repair(model, path, keys)``, when given, receives the keys whose checkpoint shape differs from
+    the class's (a layout the family knows how to convert) and must fill them or raise."""
     offline()
     dtype = dtype or default_dtype(device)
+    if repair is not None:
+        kwargs.update(ignore_mismatched_sizes=True, output_loading_info=True)
     try:
         model = cls.from_pretrained(str(path), local_files_only=True, dtype=dtype, **kwargs)
     except Exception as e:  # missing shards, wrong architecture, corrupt files
         raise WeightsError(f"cannot load {what} weights from {path}: {e}") from e
+    if repair is not None:
+        model, info = model
+        repair(model, path, [key for key, *_ in info["mismatched_keys"]])
     return model.to(device).eval()
 
 
@@ -81,10 +91,34 @@ def contiguous_range(ids, what: str) -> tuple[int, int]:
     return ids[0], ids[-1] + 1
 
 
-def to_pil(pixels: torch.Tensor) -> list[Image.Image]:
-    """VQ decoder output [B, 3, H, W] in [-1, 1] -> RGB images."""
-    x = ((pixels.float().clamp(-1, 1) + 1) * 127.5).round().to(torch.uint8)
+def to_pil(pixels: torch.Tensor, rounded: bool = False, value_range: tuple[float, float] = (-1.0, 1.0)
+           ) -> list[Image.Image]:
+    """VQ decoder output [B, 3, H, W] in ``value_range`` -> RGB images, converted as the family's own
+    code does: scaled to [0, 255] and truncated (Chameleon, Lumina-mGPT, Anole, Janus and Emu3 cast
+    to uint8), or rounded (``rounded``: LlamaGen's torchvision ``save_image`` adds 0.5 first)."""
+    lo, hi = value_range
+    x = ((pixels.float() - lo) / (hi - lo)).clamp(0, 1) * 255
+    x = (x + 0.5 if rounded else x).floor().clamp(max=255).to(torch.uint8)
     return [Image.fromarray(np.ascontiguousarray(img.permute(1, 2, 0).cpu().numpy())) for img in x]
+
+
+def read_checkpoint(path: Path, what: str, trust: bool = False):
+    """``torch.load`` of a pickled checkpoint. Tensors-only files load as is; a file that also pickles
+    Python objects (LlamaGen's training scripts store their ``argparse.Namespace``) can run code
+    when unpickled, so it loads only with ``trust`` (``--trust-checkpoint``)."""
+    try:
+        return torch.load(str(path), map_location="cpu", weights_only=not trust)
+    except pickle.UnpicklingError as e:
+        found = re.search(r"GLOBAL ([\w.]+)", str(e))
+        if trust or found is None:
+            raise WeightsError(f"cannot read {what} weights {path}: {e}") from e
+        raise WeightsError(
+            f"{path} pickles a Python object ({found.group(1)}) besides its tensors, as LlamaGen's training "
+            f"scripts do with their arguments. Unpickling it could run code, so jacobigen reads only plain "
+            f"tensors by default. If you trust this file, pass --trust-checkpoint (Python: "
+            f"trust_checkpoint=True); or save its state dict alone once and load that.") from None
+    except Exception as e:
+        raise WeightsError(f"cannot read {what} weights {path}: {e}") from e
 
 
 def bridge_cache_class():

@@ -13,9 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import torch
-from PIL import Image
 
 from ..layout import ImageLayout
 from .base import FamilyPipeline, HFAdapter, contiguous_range, load_hf, load_tokenizer, require_dir, to_pil, token_id
@@ -61,8 +59,7 @@ def emu3_pipeline(hf, tokenizer, side: int = 90, image_processor=None, quality_s
             return to_pil(pixels)
         mean = torch.tensor(image_processor.image_mean, device=pixels.device)[:, None, None]
         std = torch.tensor(image_processor.image_std, device=pixels.device)[:, None, None]
-        x = ((pixels.float() * std + mean).clamp(0, 1) * 255).round().to(torch.uint8)
-        return [Image.fromarray(np.ascontiguousarray(i.permute(1, 2, 0).cpu().numpy())) for i in x]
+        return to_pil(pixels.float() * std + mean, value_range=(0.0, 1.0))   # Emu3's postprocess
 
     return FamilyPipeline("emu3", emu3_adapter(hf), layout, encode, tokens(NEGATIVE), decode, dict(DEFAULTS))
 

@@ -58,7 +58,8 @@ def janus_pipeline(hf, tokenizer) -> FamilyPipeline:
     bos = tokenizer.bos_token_id
 
     def encode(text: str) -> list[int]:
-        ids = list(tokenizer(PROMPT.format(text=text))["input_ids"])
+        """Janus' chat template strips the message (``apply_sft_template_for_multi_turn_prompts``)."""
+        ids = list(tokenizer(PROMPT.format(text=text.strip()))["input_ids"])
         if bos is not None and (not ids or ids[0] != bos):
             ids = [bos] + ids
         return ids + [boi]

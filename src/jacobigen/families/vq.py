@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..errors import WeightsError
+from .base import read_checkpoint
 
 
 class VQDecoder(nn.Module):
@@ -90,9 +91,9 @@ def llamagen_to_janus_key(k: str) -> str | None:
     return k
 
 
-def load_llamagen_vq(path: Path, device: str = "cpu", **arch) -> VQDecoder:
+def load_llamagen_vq(path: Path, device: str = "cpu", trust_checkpoint: bool = False, **arch) -> VQDecoder:
     """LlamaGen ``vq_ds16_c2i.pt`` / ``vq_ds16_t2i.pt`` (a dict with ``model``, or the state dict)."""
-    state = _torch_load(path)
+    state = read_checkpoint(path, "VQ", trust_checkpoint)
     state = state.get("model", state)
     mapped = {nk: v for k, v in state.items() if (nk := llamagen_to_janus_key(k))}
     emb = mapped.get("embedding.weight")
@@ -119,11 +120,11 @@ def taming_to_janus_key(k: str, levels: int) -> str | None:
     return f"decoder.up.{levels - 1 - int(m.group(1))}.{m.group(2)}" if m else k
 
 
-def load_chameleon_vqgan(path: Path, device: str = "cpu") -> VQDecoder:
+def load_chameleon_vqgan(path: Path, device: str = "cpu", trust_checkpoint: bool = False) -> VQDecoder:
     """Meta's Chameleon ``vqgan.ckpt`` (Lightning checkpoint); the architecture is read off the shapes.
     Only taming decoders without up-level attention (Chameleon's ``attn_resolutions: []``) map onto
     Janus' layout; one with up-level attention would need its attention at other levels."""
-    state = _torch_load(path)
+    state = read_checkpoint(path, "VQGAN", trust_checkpoint)
     state = state.get("state_dict", state)
     ups = [int(k.split(".")[2]) for k in state if k.startswith("decoder.up.")]
     if not ups:
@@ -134,10 +135,3 @@ def load_chameleon_vqgan(path: Path, device: str = "cpu") -> VQDecoder:
         raise WeightsError(f"{path} holds no VQGAN codebook (quantize.embedding.weight)")
     model = VQDecoder(emb.shape[0], emb.shape[1], l2_norm=False, **infer_arch(mapped))
     return _load_checked(model, mapped, path).to(device)
-
-
-def _torch_load(path: Path) -> dict:
-    try:   # weights_only: a checkpoint must not be able to run code
-        return torch.load(str(path), map_location="cpu", weights_only=True)
-    except Exception as e:
-        raise WeightsError(f"cannot read VQ weights {path} (plain tensors expected): {e}") from e
