@@ -14,8 +14,8 @@ def model():
 @pytest.mark.parametrize("kwargs,message", [
     ({"window": 0}, "window must be"),
     ({"top_k": 0}, "top_k must be"),
-    ({"top_p": 0.0}, "top_p must lie in"),
-    ({"top_p": 1.5}, "top_p must lie in"),
+    ({"top_p": 0.0}, "top_p must be"),
+    ({"top_p": 1.5}, "top_p must be"),
     ({"temperature": 0.0}, "temperature must be"),
     ({"temperature": -1.0}, "temperature must be"),
     ({"method": "nope"}, "unknown method 'nope'"),

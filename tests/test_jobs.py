@@ -9,7 +9,8 @@ from click.testing import CliRunner
 
 from jacobigen.cli import main
 from jacobigen.errors import ConfigError
-from jacobigen.jobs import Outputs, plan, read_prompts, run_local
+from jacobigen.files import read_prompts
+from jacobigen.jobs import Outputs, plan, run_local
 from jacobigen.pipeline import random_pipeline
 
 OPTIONS = dict(method="sjd", window=8)

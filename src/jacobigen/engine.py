@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from .draws import Draws
+from .errors import WeightsError
 from .masks import block_mask, prefix_structure
 from .rng import Stream
 from .sampling import SamplingConfig, TargetPipeline
@@ -137,6 +138,9 @@ class Engine:
         mask = block_mask(cache.lengths, cache.capacity, prefix_structure(base, width))
         logits = self._run_model(rows, positions, mask, cache)
         last = logits[torch.arange(len(prefixes), device=self.device), base - 1][:, None]
+        if not bool(torch.isfinite(last).all()):     # one read per admission, never in the step
+            raise WeightsError(f"the model ({getattr(self.model, 'name', type(self.model).__name__)}) returned "
+                               f"NaN or infinite logits for a prompt: its weights are probably corrupted")
         cache.commit(None, base)
         zero = torch.zeros(seeds.shape[0], 1, dtype=torch.int64, device=self.device)
         p0 = self.targets_of(last, zero)[:, 0]
