@@ -14,7 +14,9 @@ import torch
 from .checks import integer, number
 
 
-_TINY = torch.finfo(torch.float32).tiny   # a temperature below it would round to 0 in float32: greedy either way
+# temperature and top-p act within float32's normal range: below it one would round to 0 (greedy
+# either way), above it to inf (uniform either way), and either would turn a probability into NaN
+_TINY, _HUGE = torch.finfo(torch.float32).tiny, torch.finfo(torch.float32).max
 
 
 @dataclass(frozen=True)
@@ -59,7 +61,7 @@ def target_probs(logits: torch.Tensor, sampling: SamplingConfig, allowed: torch.
     logits = logits.nan_to_num(-big, big, -big)
     logits = logits.masked_fill(~allowed if blocked is None else blocked, float("-inf"))
     if sampling.temperature != 1:
-        logits = (logits - logits.amax(-1, keepdim=True)) / max(sampling.temperature, _TINY)
+        logits = (logits - logits.amax(-1, keepdim=True)) / min(max(sampling.temperature, _TINY), _HUGE)
     ids = None
     if sampling.top_k is not None and sampling.top_k < logits.shape[-1]:
         top = logits.topk(sampling.top_k, dim=-1, sorted=False)
@@ -70,7 +72,7 @@ def target_probs(logits: torch.Tensor, sampling: SamplingConfig, allowed: torch.
     if sampling.top_p is not None and sampling.top_p < 1:
         sorted_p, order = probs.sort(-1, descending=True)
         before = sorted_p.cumsum(-1) - sorted_p
-        drop = torch.zeros_like(probs, dtype=torch.bool).scatter_(-1, order, before >= sampling.top_p)
+        drop = torch.zeros_like(probs, dtype=torch.bool).scatter_(-1, order, before >= max(sampling.top_p, _TINY))
         probs = probs.masked_fill(drop, 0.0)
         probs = probs / probs.sum(-1, keepdim=True)
     return (probs, ids) if with_top else probs
