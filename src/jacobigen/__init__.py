@@ -16,7 +16,9 @@ _LAZY = {"Generation": "api", "generate": "api", "ImageLayout": "layout", "METHO
          "get_method": "methods", "Transformer": "model", "TransformerConfig": "model",
          "load_transformer": "model", "save_transformer": "model", "SamplingConfig": "sampling"}
 
-__all__ = sorted(["ConfigError", "JacobigenError", "WeightsError", *_LAZY])
+__all__ = ["ConfigError", "Generation", "ImageLayout", "JacobigenError", "METHODS", "SamplingConfig",
+           "Transformer", "TransformerConfig", "WeightsError", "generate", "get_method", "load_transformer",
+           "save_transformer"]
 __version__ = "0.1.0"
 
 

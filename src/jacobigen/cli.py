@@ -10,7 +10,6 @@ from __future__ import annotations
 import io
 import json
 import math
-import sys
 import warnings
 from pathlib import Path
 

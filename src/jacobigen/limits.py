@@ -34,8 +34,8 @@ def cache_bytes_per_slot(model) -> int:
     return sum(t.numel() * t.element_size() for t in (*getattr(probe, "keys", []), *getattr(probe, "values", [])))
 
 
-def gib(n: float) -> str:
-    return f"{n / 2**30:.1f} GiB"
+def size(n: float) -> str:
+    return f"{n / 2**30:.1f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
 
 
 def batch_that_fits(model, device: torch.device, rows: int, batch_size: int | None, group: int, capacity: int,
@@ -52,7 +52,7 @@ def batch_that_fits(model, device: torch.device, rows: int, batch_size: int | No
     if batch_size is None and fits >= 1:
         return min(want, fits)
     if want > fits:
-        raise ConfigError(f"a batch of {want} sequence(s) at window {window} needs about {gib(want * per_row)} "
-                          f"({gib(per_row)} each) but {gib(free)} is free on {device} and a decode plans on at most "
+        raise ConfigError(f"a batch of {want} sequence(s) at window {window} needs about {size(want * per_row)} "
+                          f"({size(per_row)} each) but {size(free)} is free on {device} and a decode plans on at most "
                           f"{BUDGET:.0%} of it: lower the batch size or the window")
     return want
