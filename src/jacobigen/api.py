@@ -12,6 +12,7 @@ from .jacobi import JacobiDecoder, Parts
 from .layout import ImageLayout
 from .methods import Method, get_method
 from .sampling import SamplingConfig
+from .tree import MAX_NODES
 from .stats import DecodeStats
 
 
@@ -76,8 +77,9 @@ def generate(model, prompt, *, layout: ImageLayout, method: str = "sjd", window:
     """
     spec = get_method(method)
     window = integer("window", window, 1)
-    if window > model.max_seq_len:
-        raise ConfigError(f"window {window} exceeds the model's context of {model.max_seq_len} tokens")
+    if window > layout.length + MAX_NODES:       # before a schedule sizes anything by it
+        raise ConfigError(f"window {window} is longer than a block can use: the image has {layout.length} tokens "
+                          f"and a tree at most {MAX_NODES} nodes (window <= {layout.length + MAX_NODES})")
     if batch_size is not None:
         batch_size = integer("batch_size", batch_size, 1)
     sampling = SamplingConfig(temperature=temperature, top_k=top_k, top_p=top_p, cfg=cfg)

@@ -158,7 +158,7 @@ def main(debug):
 @click.option("--device", default=None, help="cpu, cuda, cuda:1 ... (default: cuda if available).")
 @click.option("--method", default="sjd", show_default=True, help="Method preset (see `jacobigen methods`).")
 @click.option("--window", default=32, show_default=True, type=click.IntRange(min=1),
-              help="Tokens in flight per iteration (at most the model's context).")
+              help="Tokens in flight per iteration (at most the image's tokens + 4096).")
 @click.option("--seed", default=0, show_default=True, type=click.IntRange(0, MAX_SEED),
               help="Image i gets seed SEED + i.")
 @click.option("--num-images", default=1, show_default=True, type=click.IntRange(1, MAX_IMAGES),
