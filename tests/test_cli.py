@@ -27,7 +27,7 @@ def test_methods_lists_presets():
 
 def test_bad_input_is_a_message_not_a_traceback():
     res = CliRunner().invoke(main, ["generate", "x", "--model", "random", "--window", "0"])
-    assert res.exit_code != 0 and "window must be" in res.output and "Traceback" not in res.output
+    assert res.exit_code == 2 and "--window" in res.output and "Traceback" not in res.output
     res = CliRunner().invoke(main, ["generate", "x", "--model", "random", "-o", "nokey"])
     assert res.exit_code != 0 and "key=value" in res.output
 
@@ -41,3 +41,31 @@ def test_generate_with_the_reference_tree_reports_it(tmp_path):
     res = CliRunner().invoke(main, ["generate", "x", "--model", "random", "--method", "sjd-pac", "--window", "16",
                                     "-o", "tree_budget=full", "--out", str(tmp_path / "u.png")])
     assert res.exit_code != 0 and "at least 21" in res.output and "Traceback" not in res.output
+
+
+def test_extreme_but_finite_settings_make_an_image(tmp_path):
+    for flags in (["--cfg", "1e300"], ["--temperature", "1e-45"], ["--cfg", "-1e300", "--top-p", "1e-300"]):
+        res = CliRunner().invoke(main, ["generate", "x", "--model", "random", "--window", "8", "--no-progress",
+                                        "--out", str(tmp_path / "e.png"), *flags])
+        assert res.exit_code == 0, res.output
+
+
+def test_an_overlong_prompt_is_warned_about(tmp_path):
+    res = CliRunner().invoke(main, ["generate", "a" * 100_000, "--model", "random", "--method", "ar",
+                                    "--no-progress", "--out", str(tmp_path / "long.png")])
+    assert res.exit_code == 0, res.output
+    assert "warning: prompt 'aaaa" in res.output and "is 100000 bytes; the random model reads only its first 48" \
+        in res.output
+
+
+def test_debug_shows_the_traceback():
+    res = CliRunner().invoke(main, ["--debug", "generate", "x", "--method", "nope"])
+    assert res.exit_code == 1 and type(res.exception).__name__ == "ConfigError"
+
+
+def test_help_does_not_import_torch():
+    import subprocess
+    import sys
+
+    code = "import sys; from jacobigen.cli import main; assert 'torch' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], check=True)

@@ -2,17 +2,25 @@
 
 import json
 import os
+import random
 import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from PIL import Image
 
 from jacobigen.cli import main
 from jacobigen.errors import ConfigError
-from jacobigen.jobs import Outputs, plan, read_prompts, run_local
+from jacobigen.files import read_prompts
+from jacobigen.jobs import Outputs, plan, run_local
 from jacobigen.pipeline import random_pipeline
 
 OPTIONS = dict(method="sjd", window=8)
+SRC = Path(__file__).parents[1] / "src"
 
 
 def test_prompt_file_parsing(tmp_path):
@@ -43,6 +51,14 @@ def test_local_run_is_idempotent(tmp_path):
     run_local(pipe, jobs, out, batch_size=2, chunk=2, on_result=lambda j, r: made.append(j.index), **OPTIONS)
     assert sorted(made) == [0, 2]
     assert (tmp_path / "00001.png").read_bytes() == png
+    # a garbage PNG under an intact record is redone; so is every image made with other settings
+    (tmp_path / "00001.png").write_bytes(b"not a png")
+    assert out.survey(jobs) == {"image missing or does not decode": [jobs[1]]}
+    other = Outputs(tmp_path, {"method": "sjd-pac"})
+    assert [j.index for j in other.survey(jobs)["made with another method ('sjd', now 'sjd-pac')"]] == [0, 1, 2]
+    made.clear()
+    run_local(pipe, jobs, out, batch_size=2, chunk=2, on_result=lambda j, r: made.append(j.index), **OPTIONS)
+    assert made == [1] and (tmp_path / "00001.png").read_bytes() == png
     summary = out.summarise(jobs)
     assert summary["images"] == 3 and summary["missing"] == 0 and summary["step_compression"] > 1
     assert json.loads((tmp_path / "stats.json").read_text()) == summary
@@ -90,3 +106,74 @@ def test_cli_job_errors_are_clear(tmp_path):
     assert res.exit_code != 0 and "give PROMPTS or --prompts FILE" in res.output
     res = CliRunner().invoke(main, ["generate", "--model", "random", "--prompts", str(tmp_path / "none.txt")])
     assert res.exit_code != 0 and "cannot read prompts file" in res.output and "Traceback" not in res.output
+
+
+def test_cli_rerun_with_other_settings_redoes_the_images(tmp_path):
+    f = tmp_path / "prompts.txt"
+    f.write_text("\ufeffred heart\nblue car\n")           # a byte-order mark is not part of the prompt
+    args = ["generate", "--model", "random", "--prompts", str(f), "--window", "8", "--out-dir", str(tmp_path / "out"),
+            "--no-progress"]
+    assert CliRunner().invoke(main, args).exit_code == 0
+    rec = json.loads((tmp_path / "out" / "00000.json").read_text())
+    assert rec["prompt"] == "red heart" and rec["method"] == "sjd" and rec["weights"] == "random:seed=0"
+    again = CliRunner().invoke(main, args + ["--method", "scd-mc"])
+    assert again.exit_code == 0, again.output
+    assert "0 already in" in again.output and "redoing 2 image(s)" in again.output and "'sjd', now 'scd-mc'" in \
+        again.output
+    assert json.loads((tmp_path / "out" / "00001.json").read_text())["method"] == "scd-mc"
+
+
+def _cli(*args: str) -> list[str]:
+    return [sys.executable, "-m", "jacobigen.cli", "generate", *args]
+
+
+def _snapshot(folder) -> dict[str, tuple[bytes, str]]:
+    """Finished images (a record present): each record must be whole and its PNG must decode."""
+    out = {}
+    for rec in sorted(folder.glob("*.json")):
+        if rec.name == "stats.json":
+            continue
+        json.loads(rec.read_text())
+        png = rec.with_suffix(".png")
+        with Image.open(png) as img:
+            img.verify()
+        out[rec.stem] = (png.read_bytes(), rec.read_text())
+    return out
+
+
+def _kill_during_work(proc: subprocess.Popen, out: Path, finished: int, rnd: random.Random) -> None:
+    """SIGKILL ``proc`` at a random moment after it finished one more image than ``finished``."""
+    deadline = time.monotonic() + 120
+    while proc.poll() is None and time.monotonic() < deadline and len(list(out.glob("0*.json"))) <= finished:
+        time.sleep(0.02)
+    time.sleep(rnd.uniform(0.0, 0.5))
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+
+
+@pytest.mark.slow
+def test_killed_prompt_run_resumes_with_nothing_lost_or_redone(tmp_path):
+    """SIGKILL a --prompts run at random moments, three times, then rerun: every file on disk is
+    whole after each kill, the rerun makes exactly the missing images, and no finished image is
+    made again."""
+    f = tmp_path / "prompts.txt"
+    f.write_text("".join(f"prompt {i}\n" for i in range(8)))
+    out = tmp_path / "out"
+    args = _cli("--model", "random", "--prompts", str(f), "--window", "8", "--chunk", "1", "--out-dir", str(out),
+                "--no-progress")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(SRC), os.environ.get("PYTHONPATH")]))}
+    rnd = random.Random(19)
+    seen: dict = {}
+    for _ in range(3):
+        proc = subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        _kill_during_work(proc, out, len(seen), rnd)
+        now = _snapshot(out)
+        assert all(now[k] == v for k, v in seen.items())          # nothing finished was touched
+        seen = now
+    assert len(seen) >= 3                                         # each kill came after an image
+    res = subprocess.run(args, env=env, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr
+    assert f"8 image(s): {len(seen)} already in" in res.stdout and f"made {8 - len(seen)} in" in res.stdout
+    final = _snapshot(out)
+    assert len(final) == 8 and all(final[k] == v for k, v in seen.items())
+    assert not list(out.glob(".*.tmp"))                           # killed runs' temporaries swept

@@ -9,12 +9,12 @@ from jacobigen import rng
 
 
 def test_uniforms_are_uniform_and_key_sensitive():
-    u = rng.uniform(7, torch.arange(200_000), 3, rng.Stream.ACCEPT)
+    u = rng.uniform(rng.Stream.ACCEPT, 7, torch.arange(200_000), 3)
     assert 0 < float(u.min()) and float(u.max()) < 1
     assert sps.kstest(u.numpy(), "uniform").pvalue > 1e-3
-    v = rng.uniform(7, torch.arange(200_000), 3, rng.Stream.SAMPLE)
+    v = rng.uniform(rng.Stream.SAMPLE, 7, torch.arange(200_000), 3)
     assert abs(float(torch.corrcoef(torch.stack([u, v]))[0, 1])) < 0.01
-    assert torch.equal(u, rng.uniform(7, torch.arange(200_000), 3, rng.Stream.ACCEPT))
+    assert torch.equal(u, rng.uniform(rng.Stream.ACCEPT, 7, torch.arange(200_000), 3))
 
 
 @settings(max_examples=200, deadline=None)
@@ -59,10 +59,33 @@ def test_hash_matches_python_integers():
 def test_small_and_large_paths_agree(monkeypatch):
     """Small CPU key sets hash in NumPy, large ones in torch: the values must be the same."""
     keys = (torch.tensor([3, 2**33 + 7, -4])[:, None], torch.arange(40)[None] + 10,
-            torch.tensor([5, 6, 7])[:, None], rng.Stream.ACCEPT, 2)
-    small = rng.uniform(*keys)
-    one = rng.uniform(torch.tensor([[-4]]), torch.tensor([[17]]), torch.tensor([[7]]), rng.Stream.ACCEPT, 2)
+            torch.tensor([5, 6, 7])[:, None], 2)
+    small = rng.uniform(rng.Stream.ACCEPT, *keys)
+    one = rng.uniform(rng.Stream.ACCEPT, torch.tensor([[-4]]), torch.tensor([[17]]), torch.tensor([[7]]), 2)
     monkeypatch.setattr(rng, "_SMALL", 0)
-    big = rng.uniform(*keys)
+    big = rng.uniform(rng.Stream.ACCEPT, *keys)
     assert small.dtype == big.dtype == one.dtype == torch.float64 and small.shape == (3, 40)
     assert torch.equal(small, big) and one.shape == (1, 1) and one[0, 0] == big[2, 7]
+
+
+def test_streams_arities_and_kinds_never_share_a_uniform():
+    """Every kind of draw the decoders make, enumerated over (position, iteration, token) in
+    [0, 10) for every stream: with and without an extra key, as a uniform and behind Gumbel noise.
+    No two differently keyed draws share a uniform (the hash once reused the ACCEPT uniform of
+    iteration 5 as the shared Gumbel noise of token 1)."""
+    n, seed = 10, 11
+    pos, it, tok = torch.arange(n)[:, None, None], torch.arange(n)[None, :, None], torch.arange(n)[None, None, :]
+
+    def behind_gumbel(s, *keys):
+        u = rng._unit(rng._domain(s, keys, rng._GUMBEL))
+        assert torch.equal(-torch.log(-torch.log(u)), rng.gumbel(s, *keys))
+        return u
+
+    values = []
+    for s in [v for k, v in vars(rng.Stream).items() if k.isupper()]:
+        values += [rng.uniform(s, seed, pos[..., 0], it[..., 0]), rng.uniform(s, seed, pos, it, tok),
+                   behind_gumbel(s, seed, pos, it, tok), behind_gumbel(s, seed, pos[..., 0], tok[0])]
+    values = torch.cat([v.flatten() for v in values])
+    assert values.numel() > 13_000
+    _, counts = torch.unique(values, return_counts=True)
+    assert int(counts.max()) == 1, f"{int((counts > 1).sum())} uniforms shared between draws"

@@ -68,7 +68,8 @@ def test_the_cheap_bound_only_skips_trees_the_budget_would_refuse(model, monkeyp
     """Drawing candidates for every iteration (no bound) gives the same tokens: the bound skipped
     only iterations whose tree would hold no sibling. It does skip some."""
     from jacobigen.tree import AutoBudget
-    bounded = generate(model, [5, 6], method="sjd-pac", window=12, tree_min_gain=min_gain, tree_width=2, **KW)
+    bounded = generate(model, [5, 6], method="sjd-pac", window=12, tree_min_gain=min_gain, tree_width=2, batch_size=1,
+                       **KW)
     calls = {"bound": 0, "skipped": 0}
     real = AutoBudget.worth_trying
 
@@ -78,7 +79,8 @@ def test_the_cheap_bound_only_skips_trees_the_budget_would_refuse(model, monkeyp
         return True
 
     monkeypatch.setattr(AutoBudget, "worth_trying", always)
-    unbounded = generate(model, [5, 6], method="sjd-pac", window=12, tree_min_gain=min_gain, tree_width=2, **KW)
+    unbounded = generate(model, [5, 6], method="sjd-pac", window=12, tree_min_gain=min_gain, tree_width=2,
+                         batch_size=1, **KW)
     assert torch.equal(bounded.tokens, unbounded.tokens) and bounded.stats.nfe == unbounded.stats.nfe
     assert calls["skipped"] > 0
 

@@ -1,19 +1,28 @@
-"""jacobigen: fast, exact Jacobi decoding for autoregressive image generators."""
+"""jacobigen: fast, exact Jacobi decoding for autoregressive image generators.
+
+The names below load on first use, so that ``jacobigen --help`` and argument errors answer
+without importing torch (seconds on a cold start).
+"""
+
+import importlib
 
 from .threads import passive_wait as _passive_wait
 
 _passive_wait()   # before torch loads OpenMP: idle threads sleep instead of spinning (unless set)
 
-from .api import Generation, generate
-from .errors import ConfigError, JacobigenError, WeightsError
-from .layout import ImageLayout
-from .methods import METHODS, get_method
-from .model import Transformer, TransformerConfig, load_transformer, save_transformer
-from .sampling import SamplingConfig
+from .errors import ConfigError, JacobigenError, WeightsError  # noqa: E402 - torch-free, after the wait policy
 
-__all__ = [
-    "ConfigError", "Generation", "ImageLayout", "JacobigenError", "METHODS", "SamplingConfig",
-    "Transformer", "TransformerConfig", "WeightsError", "generate", "get_method", "load_transformer",
-    "save_transformer",
-]
+_LAZY = {"Generation": "api", "generate": "api", "ImageLayout": "layout", "METHODS": "methods",
+         "get_method": "methods", "Transformer": "model", "TransformerConfig": "model",
+         "load_transformer": "model", "save_transformer": "model", "SamplingConfig": "sampling"}
+
+__all__ = ["ConfigError", "Generation", "ImageLayout", "JacobigenError", "METHODS", "SamplingConfig",
+           "Transformer", "TransformerConfig", "WeightsError", "generate", "get_method", "load_transformer",
+           "save_transformer"]
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+    raise AttributeError(f"module 'jacobigen' has no attribute {name!r}")

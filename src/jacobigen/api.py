@@ -6,12 +6,14 @@ from dataclasses import dataclass
 
 import torch
 
+from .checks import MAX_SEED, integer
 from .contract import ImageModel
 from .errors import ConfigError
 from .jacobi import JacobiDecoder, Parts
 from .layout import ImageLayout
 from .methods import Method, get_method
 from .sampling import SamplingConfig
+from .tree import MAX_NODES
 from .stats import DecodeStats
 
 
@@ -28,19 +30,41 @@ def make_decoder(model: ImageModel, layout: ImageLayout, sampling: SamplingConfi
     return JacobiDecoder(model, layout, sampling, parts, timing)
 
 
-def _as_batch(prompt) -> list[list[int]]:
-    if torch.is_tensor(prompt):
-        prompt = prompt.tolist()
-    if not prompt:
-        raise ConfigError("prompt is empty")
-    return [list(prompt)] if isinstance(prompt[0], int) else [list(p) for p in prompt]
+def _ids(row, name: str) -> list:
+    """A list of (not yet checked) ids from a list, tuple, tensor or array; never text."""
+    if hasattr(row, "tolist"):
+        row = row.tolist()
+    if isinstance(row, (str, bytes)) or not isinstance(row, (list, tuple)) or not row:
+        raise ConfigError(f"{name} must be a non-empty list of token ids (or a list of such lists), got "
+                          f"{row!r:.60}; text prompts go through a pipeline: "
+                          f"jacobigen.models.load_pipeline(...).generate(texts)")
+    return list(row)
+
+
+def _as_batch(prompt, name: str = "prompt") -> list[list[int]]:
+    """One prompt (token ids) or a batch of them, as lists of ints."""
+    prompt = _ids(prompt, name)
+    nested = isinstance(prompt[0], (list, tuple)) or getattr(prompt[0], "ndim", 0) > 0
+    rows = [_ids(r, name) for r in prompt] if nested else [prompt]
+    return [[integer(f"{name} token id", t, 0) for t in row] for row in rows]
+
+
+def _seeds(seed, n: int) -> list[int]:
+    """One seed per sequence, each a 32-bit key of the counter-based generator (no silent wrap)."""
+    if isinstance(seed, (list, tuple)) or getattr(seed, "ndim", 0) > 0:
+        return [integer("seed", s, 0, MAX_SEED) for s in list(seed)]
+    first = integer("seed", seed, 0, MAX_SEED)
+    if first + n - 1 > MAX_SEED:
+        raise ConfigError(f"seed {first} gives sequence {n - 1} the seed {first + n - 1}, past the largest "
+                          f"seed {MAX_SEED}: choose a seed <= {MAX_SEED - n + 1}")
+    return [first + i for i in range(n)]
 
 
 def prompt_rows(prompt, seed: int | list[int], uncond, guided: bool) -> tuple[list[list[int]], list[int]]:
     """The decoder's model rows (cond and uncond interleaved when guided) and one seed per
     sequence, by :func:`generate`'s rules for ``prompt``, ``seed`` and ``uncond``."""
     prompts = _as_batch(prompt)
-    seeds = [seed + i for i in range(len(prompts))] if isinstance(seed, int) else list(seed)
+    seeds = _seeds(seed, len(prompts))
     if len(prompts) == 1:
         prompts = prompts * len(seeds)
     if len(seeds) != len(prompts):
@@ -49,7 +73,7 @@ def prompt_rows(prompt, seed: int | list[int], uncond, guided: bool) -> tuple[li
         return prompts, seeds
     if uncond is None:
         raise ConfigError("cfg != 1 needs an unconditional prompt (uncond=...)")
-    unconds = _as_batch(uncond)
+    unconds = _as_batch(uncond, "uncond")
     if len(unconds) == 1:
         unconds = unconds * len(prompts)
     if len(unconds) != len(prompts):
@@ -74,10 +98,12 @@ def generate(model: ImageModel, prompt, *, layout: ImageLayout, method: str = "s
     Extra keyword ``options`` go to the method's parts (see ``jacobigen methods``).
     """
     spec = get_method(method)
-    if not isinstance(window, int) or window < 1:
-        raise ConfigError(f"window must be an integer >= 1, got {window!r}")
-    if batch_size is not None and (not isinstance(batch_size, int) or batch_size < 1):
-        raise ConfigError(f"batch_size must be an integer >= 1, got {batch_size!r}")
+    window = integer("window", window, 1)
+    if window > layout.length + MAX_NODES:       # before a schedule sizes anything by it
+        raise ConfigError(f"window {window} is longer than a block can use: the image has {layout.length} tokens "
+                          f"and a tree at most {MAX_NODES} nodes (window <= {layout.length + MAX_NODES})")
+    if batch_size is not None:
+        batch_size = integer("batch_size", batch_size, 1)
     sampling = SamplingConfig(temperature=temperature, top_k=top_k, top_p=top_p, cfg=cfg)
     rows, seeds = prompt_rows(prompt, seed, uncond, sampling.guided)
     parts = spec.build(window, **options)

@@ -16,6 +16,7 @@ import torch
 
 from .engine import Engine, Flight, model_rows
 from .errors import ConfigError
+from .limits import batch_that_fits
 from .stats import DecodeStats
 
 
@@ -43,8 +44,9 @@ def _decode(engine: Engine, prefixes, seeds, batch_size, on_progress):
     if any(t < 0 or t >= model.vocab_size for p in prefixes for t in p):
         raise ConfigError(f"prompt token ids must lie in [0, {model.vocab_size})")
 
-    b = min(batch_size or total, total)
-    cache = model.new_cache(b * group, longest + length + sched.block_slack)
+    capacity = longest + length + sched.block_slack
+    b = batch_that_fits(model, dev, total, batch_size, group, capacity, sched.slot_count, engine.parts.window)
+    cache = model.new_cache(b * group, capacity)
     fl = _empty_flight(b, group, sched.board_width, length, dev)
     queue = torch.tensor(seeds, dtype=torch.int64, device=dev)
     vocab = model.vocab_size

@@ -1,21 +1,94 @@
-"""Command line: ``jacobigen generate``, ``bench``, ``throughput``, ``methods``."""
+"""Command line: ``jacobigen generate``, ``bench``, ``throughput``, ``methods``.
+
+Arguments are checked before torch is imported and before a model loads, and output paths before
+any image exists: a bad input is one line naming it and its limit (exit 2); a failure while
+running is one line too (exit 1); ``jacobigen --debug ...`` shows the traceback instead.
+"""
 
 from __future__ import annotations
 
+import io
 import json
 import math
+import warnings
 from pathlib import Path
 
 import click
-from PIL import Image
 
-from .errors import JacobigenError
-from .methods import METHODS, parse_options, parse_variant, split_variants
-from .threads import choose_threads
+from . import embedded as E
+from .checks import MAX_SEED, number, parse_options
+from .errors import ConfigError, JacobigenError, PromptWarning
+from .files import atomic_write, check_writable, read_prompts
+
+MAX_IMAGES = 1_000_000        # --num-images
+MAX_SHEET_IMAGES = 256        # images in one --out sheet (more: --prompts FILE --out-dir DIR)
+MAX_SIZE = 4096               # --size, pixels per image
+MAX_SHEET_PIXELS = 1 << 28    # the whole sheet (768 MiB as RGB)
+RESERVED = {"method", "window", "seed", "batch_size", "cfg", "temperature", "top_k", "top_p", "uncond",
+            "progress", "timing"}      # generate() arguments that have their own flags, not -o options
 
 
-def image_grid(images: list[Image.Image], size: int) -> Image.Image:
+class BadInput(click.ClickException):
+    """A bad argument found after parsing (by the part that owns it): exit 2 like click's own."""
+
+    exit_code = 2
+
+
+class Finite(click.ParamType):
+    """A finite float (click's FLOAT takes nan and inf), optionally bounded."""
+
+    name = "number"
+
+    def __init__(self, lo: float | None = None, hi: float | None = None, lo_open: bool = False):
+        self.lo, self.hi, self.lo_open = lo, hi, lo_open
+
+    def convert(self, value, param, ctx):
+        try:
+            return number(param.opts[0] if param else "value", float(value) if isinstance(value, str) else value,
+                          self.lo, self.hi, self.lo_open)
+        except ValueError as e:
+            self.fail(str(e) if isinstance(e, ConfigError) else f"{value!r} is not a number", param, ctx)
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None):
+    if issubclass(category, PromptWarning):
+        click.echo(f"warning: {message}", err=True)
+    else:
+        click.echo(f"warning: {category.__name__}: {message}", err=True)
+
+
+def _as_click(e: Exception) -> click.ClickException:
+    """One line for a failure: bad input (exit 2), a failure of ours or of the machine (exit 1)."""
+    if isinstance(e, ConfigError):
+        return BadInput(str(e))
+    if isinstance(e, JacobigenError):
+        return click.ClickException(str(e))
+    if isinstance(e, MemoryError):
+        return click.ClickException("out of memory: lower --batch-size, --window, --num-images or --size")
+    return click.ClickException(f"unexpected {type(e).__name__}: {e} (rerun as `jacobigen --debug ...` for the "
+                                f"traceback, and please report it)")
+
+
+class Main(click.Group):
+    """Turns every error into one line, unless ``--debug``."""
+
+    def invoke(self, ctx):
+        with warnings.catch_warnings():
+            warnings.showwarning = _show_warning
+            try:
+                return super().invoke(ctx)
+            except (click.ClickException, click.exceptions.Exit, click.Abort):
+                raise
+            except Exception as e:
+                if ctx.params.get("debug"):
+                    raise
+                raise _as_click(e) from None
+
+
+def image_grid(images, size: int):
     """Images scaled to ``size`` pixels wide (nearest neighbour: tokens stay visible), tiled."""
+    from PIL import Image
+
     images = [img.resize((size, round(size * img.height / img.width)), Image.NEAREST) for img in images]
     cols = math.ceil(math.sqrt(len(images)))
     rows = math.ceil(len(images) / cols)
@@ -26,28 +99,59 @@ def image_grid(images: list[Image.Image], size: int) -> Image.Image:
     return sheet
 
 
+def image_format(out: Path) -> str:
+    """The Pillow format ``out``'s extension names (checked before any work)."""
+    from PIL import Image
+
+    Image.init()
+    fmt = Image.registered_extensions().get(out.suffix.lower())
+    if fmt not in Image.SAVE:
+        raise BadInput(f"--out {out}: the extension {out.suffix or '(none)'!r} names no image format Pillow can "
+                       f"write; use .png")
+    return fmt
+
+
 def options_of(pairs: tuple[str, ...]) -> dict:
-    """``-o key=value`` pairs as method options."""
+    """``-o key=value`` pairs as method options; generate's own settings have their own flags."""
     try:
-        return parse_options(pairs)
-    except JacobigenError as e:
+        options = parse_options(pairs)
+    except ConfigError as e:
         raise click.BadParameter(str(e), param_hint="--option") from e
+    for key in options.keys() & RESERVED:
+        raise click.BadParameter(f"{key} is not a method option: use --{key.replace('_', '-')}",
+                                 param_hint=f"-o {key}")
+    return options
+
+
+def check_seeds(seed: int, n: int) -> None:
+    if seed + n - 1 > MAX_SEED:
+        raise click.BadParameter(f"{seed} with {n} image(s) (image i gets seed + i) passes the largest seed "
+                                 f"{MAX_SEED}: use a seed <= {MAX_SEED - n + 1}", param_hint="--seed")
+
+
+def check_method(method: str, window: int, options: dict) -> None:
+    """The method and its options, built once before the model loads (their parts check them)."""
+    from .methods import get_method
+
+    spec = get_method(method)
+    spec.build(spec.window or window, **options)
 
 
 THREADS = click.option(
     "--threads", type=click.IntRange(min=1), default=None,
     help="Torch CPU threads (default: 1 for a model under 50M parameters on the CPU, where a second "
          "OpenMP thread stalls whenever the other core is busy; else torch's default).")
-
 TRUST = click.option(
     "--trust-checkpoint", is_flag=True,
     help="Let pickled checkpoints that hold Python objects load (LlamaGen's training checkpoints store "
          "their argparse.Namespace). Unpickling can run code: only for files you trust.")
+DEFAULTS = ", ".join(f"{k.replace('_', '-')} {v}" for k, v in E.SAMPLING.items())
 
 
-@click.group()
+@click.group(cls=Main)
 @click.version_option(package_name="jacobigen")
-def main():
+@click.option("--debug", is_flag=True, help="Show the Python traceback of an error.")
+def main(debug):
     """Fast, exact Jacobi decoding for autoregressive image generators."""
 
 
@@ -57,21 +161,31 @@ def main():
               help="'default' (embedded emoji model), 'random' (random weights), or FAMILY:PATH.")
 @click.option("--device", default=None, help="cpu, cuda, cuda:1 ... (default: cuda if available).")
 @click.option("--method", default="sjd", show_default=True, help="Method preset (see `jacobigen methods`).")
-@click.option("--window", default=32, show_default=True, type=int, help="Tokens in flight per iteration.")
-@click.option("--seed", default=0, show_default=True, type=int, help="Image i gets seed SEED + i.")
-@click.option("--num-images", default=1, show_default=True, type=int, help="Images per prompt.")
+@click.option("--window", default=32, show_default=True, type=click.IntRange(min=1),
+              help="Tokens in flight per iteration (at most the image's tokens + 4096).")
+@click.option("--seed", default=0, show_default=True, type=click.IntRange(0, MAX_SEED),
+              help="Image i gets seed SEED + i.")
+@click.option("--num-images", default=1, show_default=True, type=click.IntRange(1, MAX_IMAGES),
+              help="Images per prompt.")
 @click.option("--batch-size", type=click.IntRange(min=1), default=None,
-              help="Images decoded together (default: all); finished rows take the next prompt.")
-@click.option("--cfg", type=float, default=None, help="Classifier-free guidance scale.")
-@click.option("--temperature", type=float, default=None)
-@click.option("--top-k", type=int, default=None)
-@click.option("--top-p", type=float, default=None)
+              help="Images decoded together (default: all that fit in half the free memory); finished rows "
+                   "take the next prompt.")
+@click.option("--cfg", type=Finite(), default=None,
+              help=f"Classifier-free guidance scale (1: none). Default: the model's own (the default model "
+                   f"samples with {DEFAULTS}; random with cfg 1, temperature 1, all ids).")
+@click.option("--temperature", type=Finite(0, lo_open=True), default=None,
+              help="Softmax temperature, > 0 (smaller: sharper). Default: the model's own (1 for the default model).")
+@click.option("--top-k", type=click.IntRange(min=1), default=None,
+              help="Sample among the K most likely image ids. Default: the model's own (200 for the default model; "
+                   "all for random).")
+@click.option("--top-p", type=Finite(0, 1, lo_open=True), default=None,
+              help="Sample among the most likely ids holding this much probability, in (0, 1]. Default: 1.")
 @click.option("--option", "-o", "options", multiple=True, help="Method hyper-parameter, KEY=VALUE.")
-@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=Path("out.png"),
-              show_default=True, help="PNG to write (a grid when several images).")
-@click.option("--size", default=256, show_default=True, type=click.IntRange(min=8),
+@click.option("--out", type=click.Path(path_type=Path), default=None,
+              help="Image to write, a grid when several; its extension names the format.  [default: out.png]")
+@click.option("--size", default=256, show_default=True, type=click.IntRange(8, MAX_SIZE),
               help="Width in pixels of each image in the PNG.")
-@click.option("--stats", "stats_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+@click.option("--stats", "stats_path", type=click.Path(path_type=Path), default=None,
               help="Also write the decoding statistics as JSON.")
 @click.option("--prompts", "prompts_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="File with one prompt per line: one PNG + JSON record per image in --out-dir; "
@@ -82,7 +196,7 @@ def main():
               help="Images per decode call in --prompts / --ray runs (outputs land per chunk).")
 @click.option("--ray", "use_ray", is_flag=True, help="Fan the images out to Ray workers.")
 @click.option("--address", default=None, help="Ray cluster address (default: start a local instance).")
-@click.option("--workers", default=2, show_default=True, type=click.IntRange(min=1), help="Ray workers.")
+@click.option("--workers", default=2, show_default=True, type=click.IntRange(1, 1024), help="Ray workers.")
 @click.option("--progress/--no-progress", default=True, show_default=True)
 @click.option("--trace", is_flag=True,
               help="Also write OUT's stem + .trace.png: which iteration committed each token, per image.")
@@ -90,37 +204,89 @@ def main():
 @TRUST
 def generate(prompts, model_spec, device, method, window, seed, num_images, batch_size, cfg, temperature,
              top_k, top_p, options, out, size, stats_path, prompts_file, out_dir, chunk, use_ray, address,
-             workers, progress, threads, trust_checkpoint, trace):
+             workers, progress, threads, trace, trust_checkpoint):
     """Generate images for PROMPTS and report how many forward passes it took."""
-    from .models import load_pipeline
+    jobs_run = prompts_file is not None or use_ray
+    _check_combination(prompts, prompts_file, use_ray, address, out, stats_path, threads)
+    options = options_of(options)
+    sampling = {k: v for k, v in dict(cfg=cfg, temperature=temperature, top_k=top_k, top_p=top_p).items()
+                if v is not None}
+    if jobs_run:
+        texts = read_prompts(prompts_file) if prompts_file else list(prompts)
+        check_seeds(seed, len(texts) * num_images)
+        check_writable(out_dir, "--out-dir", folder=True)
+        check_method(method, window, options)
+        if trace:
+            raise click.UsageError("--trace draws one sheet's acceptance maps; with --prompts/--ray use "
+                                   "`jacobigen bench` or the API's gen.stats.when")
+        return _generate_jobs(texts, (model_spec, device, trust_checkpoint), num_images, seed, out_dir, chunk,
+                              use_ray, address, workers, progress, threads, batch_size,
+                              dict(method=method, window=window, options=options, sampling=sampling))
+    out = out or Path("out.png")
+    n = len(prompts) * num_images
+    if n > MAX_SHEET_IMAGES:
+        raise click.BadParameter(f"{len(prompts)} prompt(s) x {num_images} make {n} images, more than one sheet "
+                                 f"holds ({MAX_SHEET_IMAGES}): use --prompts FILE --out-dir DIR for many images",
+                                 param_hint="--num-images")
+    if n * size * size > MAX_SHEET_PIXELS:
+        raise click.BadParameter(f"{size} for {n} image(s) makes a sheet of about {n * size * size:,} pixels, more "
+                                 f"than {MAX_SHEET_PIXELS:,}: lower --size", param_hint="--size")
+    check_seeds(seed, n)
+    fmt = image_format(check_writable(out, "--out"))
+    if stats_path:
+        check_writable(stats_path, "--stats")
+    check_method(method, window, options)
+    _generate_sheet(prompts, (model_spec, device, trust_checkpoint), num_images, seed, out, fmt, size, stats_path,
+                    progress, threads, trace, dict(method=method, window=window, batch_size=batch_size, **options,
+                                                   **sampling))
 
-    try:
-        if num_images < 1:
-            raise click.BadParameter("must be >= 1", param_hint="--num-images")
-        gen_options = dict(method=method, window=window, batch_size=batch_size, **options_of(options),
-                           **{k: v for k, v in dict(cfg=cfg, temperature=temperature, top_k=top_k,
-                                                    top_p=top_p).items() if v is not None})
-        if prompts_file or use_ray:
-            return _generate_jobs(prompts, prompts_file, model_spec, device, num_images, seed, out_dir, chunk,
-                                  use_ray, address, workers, progress, threads, gen_options, trust_checkpoint)
-        if not prompts:
-            raise click.UsageError("give PROMPTS or --prompts FILE")
-        pipe = load_pipeline(model_spec, device, trust_checkpoint)
-        choose_threads(pipe.model, threads)
-        if pipe.note:
-            click.echo(f"model: {pipe.name} ({pipe.note})")
-        texts = [p for p in prompts for _ in range(num_images)]
-        gen, images = pipe.generate(texts, seed=[seed + i for i in range(len(texts))], progress=progress,
-                                    **gen_options)
-    except JacobigenError as e:
-        raise click.ClickException(str(e)) from e
-    out.parent.mkdir(parents=True, exist_ok=True)
-    image_grid(images, size).save(out)
+
+def _check_combination(prompts, prompts_file, use_ray, address, out, stats_path, threads) -> None:
+    """Flags that would be silently ignored together are refused instead."""
+    if prompts_file and prompts:
+        raise click.UsageError(f"give PROMPTS or --prompts FILE, not both (got {len(prompts)} prompt(s) and "
+                               f"--prompts {prompts_file})")
+    if not prompts_file and not prompts:
+        raise click.UsageError("give PROMPTS or --prompts FILE")
+    if prompts_file or use_ray:
+        flag = "--out" if out else "--stats" if stats_path else None
+        if flag:
+            raise click.UsageError(f"{flag} writes one sheet; with --prompts/--ray every image goes to --out-dir "
+                                   f"(and its statistics to --out-dir/stats.json)")
+    if address and not use_ray:
+        raise click.UsageError("--address names a Ray cluster: add --ray")
+    if use_ray and threads is not None:
+        raise click.UsageError("--threads sets this process's threads; Ray workers take cpu_count / --workers each")
+
+
+def _load(model_spec, device, threads, trust_checkpoint=False):
+    from .models import load_pipeline
+    from .threads import choose_threads
+
+    pipe = load_pipeline(model_spec, device, trust_checkpoint)
+    choose_threads(pipe.model, threads)
+    if pipe.note:
+        click.echo(f"model: {pipe.name} ({pipe.note})")
+    return pipe
+
+
+def _generate_sheet(prompts, model, num_images, seed, out, fmt, size, stats_path, progress, threads, trace,
+                    gen_options):
+    """One sheet of images in ``out`` (and the statistics in ``stats_path``, the acceptance maps
+    beside ``out`` with ``trace``); ``model`` is (spec, device, trust_checkpoint)."""
+    pipe = _load(*model[:2], threads, model[2])
+    texts = [p for p in prompts for _ in range(num_images)]
+    gen, images = pipe.generate(texts, seed=[seed + i for i in range(len(texts))], progress=progress,
+                                **gen_options)
+    buf = io.BytesIO()
+    image_grid(images, size).save(buf, format=fmt)
+    atomic_write(out, buf.getvalue())
     s = gen.stats
     ar_nfe = pipe.layout.length  # AR: one forward per generated token, the first from the prefill
     per_seq = sum(s.sequence_nfe) / len(s.sequence_nfe)
     kind = "lossless" if gen.method.lossless else "lossy"
-    click.echo(f"method: {gen.method.name} ({kind}), window {window if gen.method.window is None else gen.method.window}")
+    window = gen_options["window"] if gen.method.window is None else gen.method.window
+    click.echo(f"method: {gen.method.name} ({kind}), window {window}")
     click.echo(f"NFE: {s.nfe} forward passes for {len(texts)} image(s); per image {per_seq:.1f} vs "
                f"{ar_nfe} for AR -> step compression {ar_nfe / per_seq:.2f}x")
     split = "" if s.forward_time is None else \
@@ -130,7 +296,8 @@ def generate(prompts, model_spec, device, method, window, seed, num_images, batc
         click.echo(f"tree: {s.nodes_per_iteration:.0f} nodes per forward, {sum(s.sibling_tokens)} token(s) from "
                    f"off-spine nodes, {s.tokens_per_node:.3f} tokens per node")
     if stats_path:
-        stats_path.write_text(json.dumps({"method": gen.method.name, "ar_nfe": ar_nfe, **s.as_dict()}, indent=2))
+        atomic_write(stats_path, json.dumps({"method": gen.method.name, "ar_nfe": ar_nfe, **s.as_dict()},
+                                            indent=2).encode())
     click.echo(f"wrote {out}")
     if trace:
         from .plots import plot_acceptance
@@ -141,42 +308,47 @@ def generate(prompts, model_spec, device, method, window, seed, num_images, batc
         click.echo(f"wrote {trace_path}")
 
 
-def _generate_jobs(prompts, prompts_file, model_spec, device, num_images, seed, out_dir, chunk, use_ray,
-                   address, workers, progress, threads, gen_options, trust_checkpoint):
-    """One PNG and record per image in ``out_dir``, locally or on Ray; finished images are skipped."""
+def _generate_jobs(texts, model, num_images, seed, out_dir, chunk, use_ray, address, workers,
+                   progress, threads, batch_size, settings):
+    """One PNG and record per image in ``out_dir``, locally or on Ray; finished images are kept
+    when their record matches ``settings`` (method, window, options, sampling) and the model
+    (spec, device, trust_checkpoint)."""
     import time
 
     from tqdm.auto import tqdm
 
-    from .jobs import Outputs, plan, read_prompts, run_local
+    from .jobs import Outputs, plan, run_local
+    from .methods import get_method
+    from .models import weights_id
 
-    if use_ray and threads is not None:
-        raise click.UsageError("--threads sets this process's threads; Ray workers take cpu_count / --workers each")
-    texts = read_prompts(prompts_file) if prompts_file else list(prompts)
-    if not texts:
-        raise click.UsageError("give PROMPTS or --prompts FILE")
-    jobs, outputs = plan(texts, num_images, seed), Outputs(out_dir)
-    todo = len(outputs.pending(jobs))
+    model_spec, device, trust_checkpoint = model
+    spec = get_method(settings["method"])
+    settings = {"model": model_spec, "weights": weights_id(model_spec), **settings, "method": spec.name,
+                "window": spec.window or settings["window"]}
+    jobs, outputs = plan(texts, num_images, seed), Outputs(out_dir, settings)
+    survey = outputs.survey(jobs)
+    todo = sum(len(j) for j in survey.values())
     click.echo(f"{len(jobs)} image(s): {len(jobs) - todo} already in {out_dir}, {todo} to make")
+    for reason, redo in survey.items():
+        if reason != "missing":
+            click.echo(f"  redoing {len(redo)} image(s) ({redo[0].name}.png ...): {reason}")
     bar = tqdm(total=todo, unit="img", disable=not progress)
     t0 = time.perf_counter()
     run: dict = {}
+    gen_options = dict(method=spec.name, window=settings["window"], **settings["options"], **settings["sampling"])
     if not todo:
         pass
     elif use_ray:
         from .distributed import run_ray
 
         run = run_ray(model_spec, jobs, outputs, workers=workers, address=address, device=device, chunk=chunk,
-                      on_result=lambda job, rec: bar.update(1), trust_checkpoint=trust_checkpoint, **gen_options)
+                      batch_size=batch_size, on_result=lambda job, rec: bar.update(1),
+                      trust_checkpoint=trust_checkpoint, **gen_options)
     else:
-        from .models import load_pipeline
+        from .jobs import run_local
 
-        pipe = load_pipeline(model_spec, device, trust_checkpoint)
-        choose_threads(pipe.model, threads)
-        if pipe.note:
-            click.echo(f"model: {pipe.name} ({pipe.note})")
-        run_local(pipe, jobs, outputs, gen_options.pop("batch_size"), chunk,
-                  on_result=lambda job, rec: bar.update(1), **gen_options)
+        pipe = _load(model_spec, device, threads, trust_checkpoint)
+        run_local(pipe, jobs, outputs, batch_size, chunk, on_result=lambda job, rec: bar.update(1), **gen_options)
     bar.close()
     wall = time.perf_counter() - t0
     summary = outputs.summarise(jobs, made=todo, wall_time=wall, **run)
@@ -199,6 +371,7 @@ def _csv(kind):
 
 def _variants(ctx, param, value):
     from .bench import PLAIN
+    from .methods import parse_variant, split_variants
 
     names = split_variants(value)
     try:
@@ -240,28 +413,26 @@ def bench(model_spec, device, method_names, windows, n_prompts, n_seeds, n_fid, 
     from .bench import run_fid, run_settings, write_reports
     from .models import load_pipeline
 
-    try:
-        if thread_counts is not None and not all(isinstance(t, int) and t >= 1 for t in thread_counts or [0]):
-            raise click.BadParameter("thread counts must be >= 1", param_hint="--threads")
-        pipe = load_pipeline(model_spec, device, trust_checkpoint)
-        if pipe.note:
-            click.echo(f"model: {pipe.name} ({pipe.note})")
-        if n_prompts < 1 or n_seeds < 1:
-            raise click.BadParameter("--prompts and --seeds must be >= 1")
-        prompts = (pipe.example_prompts * n_prompts)[:n_prompts]
-        if n_fid == 1:
-            raise click.BadParameter("FID needs at least 2 images", param_hint="--fid")
-        if n_fid:
-            from .fid import network
+    if thread_counts is not None and not all(isinstance(t, int) and t >= 1 for t in thread_counts or [0]):
+        raise click.BadParameter("thread counts must be >= 1", param_hint="--threads")
+    if n_prompts < 1 or n_seeds < 1:
+        raise click.BadParameter("--prompts and --seeds must be >= 1")
+    if n_fid == 1:
+        raise click.BadParameter("FID needs at least 2 images", param_hint="--fid")
+    check_writable(out_dir, "--out", folder=True)
+    pipe = load_pipeline(model_spec, device, trust_checkpoint)
+    if pipe.note:
+        click.echo(f"model: {pipe.name} ({pipe.note})")
+    prompts = (pipe.example_prompts * n_prompts)[:n_prompts]
+    if n_fid:
+        from .fid import network
 
-            network()  # fail before the timing runs when the eval extra is missing
-        results = run_settings(pipe, thread_counts or [None], use_compile, method_names, windows, prompts,
-                               list(range(n_seeds)))
-        if n_fid:  # image quality does not depend on threads or compilation: the first setting gets it
-            rows, extra = next(iter(results.values()))
-            extra.update(run_fid(pipe, rows, n_fid))
-    except JacobigenError as e:
-        raise click.ClickException(str(e)) from e
+        network()  # fail before the timing runs when the eval extra is missing
+    results = run_settings(pipe, thread_counts or [None], use_compile, method_names, windows, prompts,
+                           list(range(n_seeds)))
+    if n_fid:  # image quality does not depend on threads or compilation: the first setting gets it
+        rows, extra = next(iter(results.values()))
+        extra.update(run_fid(pipe, rows, n_fid))
     text = write_reports(results, out_dir, {"model": pipe.name, "prompts": prompts, "seeds": n_seeds,
                                             "sampling": pipe.defaults})
     click.echo(text)
@@ -288,17 +459,13 @@ def bench(model_spec, device, method_names, windows, n_prompts, n_seeds, n_fid, 
 def throughput(model_spec, device, method_names, batch_sizes, n_images, window, repeats, out_dir, threads,
                trust_checkpoint):
     """Images/s and tokens/s against batch size; write throughput.json, .md and .png."""
-    from .models import load_pipeline
     from .throughput import markdown, run_throughput, write_report
 
-    try:
-        if any(b < 1 for b in batch_sizes):
-            raise click.BadParameter("batch sizes must be >= 1", param_hint="--batch")
-        pipe = load_pipeline(model_spec, device, trust_checkpoint)
-        choose_threads(pipe.model, threads)
-        rows, info = run_throughput(pipe, method_names, batch_sizes, n_images, window, repeats)
-    except JacobigenError as e:
-        raise click.ClickException(str(e)) from e
+    if any(b < 1 for b in batch_sizes):
+        raise click.BadParameter("batch sizes must be >= 1", param_hint="--batch")
+    check_writable(out_dir, "--out", folder=True)
+    pipe = _load(model_spec, device, threads, trust_checkpoint)
+    rows, info = run_throughput(pipe, method_names, batch_sizes, n_images, window, repeats)
     write_report(rows, info, out_dir, {"model": pipe.name, "sampling": pipe.defaults, "window": window})
     click.echo(markdown(rows, info))
     click.echo(f"wrote {out_dir}/: throughput.json, throughput.md, throughput.png")
@@ -309,9 +476,9 @@ def throughput(model_spec, device, method_names, batch_sizes, n_images, window, 
 @click.option("--device", default=None, help="cpu, cuda, ... (default: cuda if available).")
 @click.option("--prompt", "prompt_texts", multiple=True,
               help="A prompt to measure on (repeatable; default: the model's first two example prompts).")
-@click.option("--seeds", "n_seeds", default=4, show_default=True, type=click.IntRange(min=1),
+@click.option("--seeds", "n_seeds", default=4, show_default=True, type=click.IntRange(min=1, max=1024),
               help="Images per prompt, seeds 0..N-1.")
-@click.option("--window", default=32, show_default=True, type=click.IntRange(min=2))
+@click.option("--window", default=32, show_default=True, type=click.IntRange(min=2, max=1024))
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
               default=Path("analyze-out"), show_default=True)
 @click.option("--progress/--no-progress", default=True, show_default=True)
@@ -321,23 +488,25 @@ def analyze(model_spec, device, prompt_texts, n_seeds, window, out_dir, progress
     """The seed papers' diagnostics on a model: coupling-strength and guidance sweeps, multi-step
     Hamming distance, accepted lengths, token locality and row dependency (PNG + JSON each)."""
     from .analyze import run_all
-    from .models import load_pipeline
 
-    try:
-        pipe = load_pipeline(model_spec, device, trust_checkpoint)
-        choose_threads(pipe.model, threads)
-        prompts = list(prompt_texts) or pipe.example_prompts[:2]
-        run_all(pipe, prompts, list(range(n_seeds)), window, out_dir, progress)
-    except JacobigenError as e:
-        raise click.ClickException(str(e)) from e
+    check_writable(out_dir, "--out", folder=True)
+    pipe = _load(model_spec, device, threads, trust_checkpoint)
+    prompts = list(prompt_texts) or pipe.example_prompts[:2]
+    run_all(pipe, prompts, list(range(n_seeds)), window, out_dir, progress)
     click.echo(f"wrote {out_dir}/: alpha, hamming, cfg, accepted, influence (.png and .json)")
 
 
 @main.command()
 def methods():
     """List method presets, whether each is lossless, and their options."""
+    from .methods import METHODS
+
     width = max(len(n) for n in METHODS)
     for m in METHODS.values():
         kind = "lossless" if m.lossless else "lossy   "
         opts = ", ".join(f"{k}={v}" for k, v in m.options.items())
         click.echo(f"{m.name:<{width}}  {kind}  {m.description}" + (f"  [{opts}]" if opts else ""))
+
+
+if __name__ == "__main__":
+    main()

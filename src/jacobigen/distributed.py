@@ -9,9 +9,10 @@ chunks in flight and a rerun skips what is on disk.
 from __future__ import annotations
 
 import os
+import socket
 from typing import Callable
 
-from .errors import ConfigError
+from .errors import ClusterError, ConfigError
 from .jobs import Job, Outputs, chunks, render
 
 RETRIES = 3     # restarts of a dead worker, and retries of the chunk it held
@@ -35,6 +36,22 @@ class JobWorker:
         return render(self.pipe, jobs, batch_size, **options)
 
 
+CONNECT_TIMEOUT = 5.0    # seconds to reach a Ray head before giving up
+
+
+def check_reachable(address: str, timeout: float = CONNECT_TIMEOUT) -> None:
+    """Fail fast, naming the address, when nothing listens at a ``HOST:PORT`` Ray address (Ray
+    itself retries for minutes); ``auto`` and other forms are left to Ray."""
+    host, sep, port = address.removeprefix("ray://").rpartition(":")
+    if not sep or not port.isdigit() or not host:
+        return
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
+    except OSError as e:
+        raise ClusterError(f"cannot reach a Ray head at --address {address} within {timeout:.0f} s: "
+                           f"{e.strerror or e}; start one there with `ray start --head` or fix the address") from e
+
+
 def _ray():
     try:
         import ray
@@ -52,6 +69,8 @@ def run_ray(model_spec: str, jobs: list[Job], outputs: Outputs, *, workers: int 
     the workers' process ids. Returns run figures (workers, chunks, restarts seen)."""
     if workers < 1:
         raise ConfigError(f"workers must be >= 1, got {workers}")
+    if address:
+        check_reachable(address)
     ray = _ray()
     todo = chunks(outputs.pending(jobs), chunk)
     n_chunks = len(todo)
@@ -60,8 +79,11 @@ def run_ray(model_spec: str, jobs: list[Job], outputs: Outputs, *, workers: int 
     started = not ray.is_initialized()
     if started:
         cpus = None if address else max(workers, os.cpu_count() or 1)
-        ray.init(address=address, num_cpus=cpus, include_dashboard=False, log_to_driver=False,
-                 configure_logging=False, **({} if address else {"object_store_memory": 256 * 2**20}))
+        try:
+            ray.init(address=address, num_cpus=cpus, include_dashboard=False, log_to_driver=False,
+                     configure_logging=False, **({} if address else {"object_store_memory": 256 * 2**20}))
+        except (ConnectionError, RuntimeError, ValueError) as e:
+            raise ClusterError(f"cannot start or join Ray{f' at --address {address}' if address else ''}: {e}") from e
     try:
         actor = ray.remote(num_cpus=1, max_restarts=RETRIES, max_task_retries=RETRIES)(JobWorker)
         threads = max(1, (os.cpu_count() or 1) // workers) if not address else 1
@@ -85,7 +107,7 @@ def run_ray(model_spec: str, jobs: list[Job], outputs: Outputs, *, workers: int 
             try:
                 results = ray.get(ref)
             except ray.exceptions.RayError as e:
-                raise ConfigError(f"a worker failed {RETRIES + 1} times on {part[0].name}..: {e}; "
+                raise ClusterError(f"a worker failed {RETRIES + 1} times on {part[0].name}..: {e}; "
                                   "finished images are kept, rerun to resume") from e
             for job, (png, record) in zip(part, results):
                 outputs.write(job, png, record)

@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
+from .checks import integer, number
 from .draws import Draws
 from .errors import ConfigError
 from .mrs import couple
@@ -105,6 +106,9 @@ class GumbelShared(CouplingStrength):
                            draws.sample(p, slots.positions, Stream.DRAFT)), p
 
 
+MAX_HISTORY = 64     # beliefs kept per window slot: [batch, slots, history, vocab] floats
+
+
 class VerificationPrior(Drafter):
     """SJD-VP: reshape the belief with each position's probability trajectory, then let ``base``
     draft from the fused p' and record q = p'.
@@ -117,10 +121,10 @@ class VerificationPrior(Drafter):
 
     def __init__(self, base: Drafter, history: int = 4, growth_steps: int = 3, top_k: int = 50,
                  weight: float = 1.0, decay: float = 0.5):
-        if not 1 <= growth_steps <= history:
-            raise ValueError(f"growth_steps must lie in [1, history={history}], got {growth_steps}")
-        self.base, self.history, self.growth_steps = base, history, growth_steps
-        self.top_k, self.weight, self.decay = top_k, weight, decay
+        self.base, self.history = base, integer("vp_history", history, 1, MAX_HISTORY)
+        self.growth_steps = integer("vp_growth_steps", growth_steps, 1, self.history)
+        self.top_k = integer("vp_top_k", top_k, 1)
+        self.weight, self.decay = number("vp_weight", weight, 0), number("vp_decay", decay, 0, 1)
 
     def start(self, batch, slots, vocab, device):
         self.base.start(batch, slots, vocab, device)

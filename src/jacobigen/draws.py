@@ -23,20 +23,19 @@ class Draws:
     def uniform(self, positions: torch.Tensor, stream: int, *extra: int) -> torch.Tensor:
         """Uniforms shaped like ``positions`` [B, ...], independent across streams and extras."""
         shape = (-1,) + (1,) * (positions.dim() - 1)
-        return rng.uniform(self.seeds.view(shape), positions, self.iteration.view(shape), stream, *extra)
+        return rng.uniform(stream, self.seeds.view(shape), positions, self.iteration.view(shape), *extra)
 
     def gumbel(self, positions: torch.Tensor, vocab: int, stream: int) -> torch.Tensor:
         """Fresh Gumbel noise [B, ..., V] for this iteration."""
         shape = (-1,) + (1,) * positions.dim()
         ids = torch.arange(vocab, device=positions.device)
-        return rng.gumbel(self.seeds.view(shape), positions[..., None], self.iteration.view(shape),
-                          stream, ids)
+        return rng.gumbel(stream, self.seeds.view(shape), positions[..., None], self.iteration.view(shape), ids)
 
     def shared_gumbel(self, positions: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
         """Gumbel noise fixed per (seed, position, id) for every iteration (SCD sharing), for ``ids``
         [V] (every id) or [B, ..., K] (a few ids per position): [B, ..., V or K]."""
         shape = (-1,) + (1,) * positions.dim()
-        return rng.gumbel(self.seeds.view(shape), positions[..., None], rng.Stream.GUMBEL, ids)
+        return rng.gumbel(rng.Stream.GUMBEL, self.seeds.view(shape), positions[..., None], ids)
 
     def sample(self, probs: torch.Tensor, positions: torch.Tensor, stream: int, *extra: int) -> torch.Tensor:
         return rng.categorical(probs, self.uniform(positions, stream, *extra).to(probs.device))

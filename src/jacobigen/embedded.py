@@ -17,6 +17,7 @@ VOCAB_SIZE = BYTE_OFFSET + 256  # 1285
 MAX_CAPTION_BYTES = 48
 IMAGE_TOKENS = GRID * (GRID + 1) + 1  # rows with EOL, then EOI: 273
 MAX_SEQ_LEN = 1 + MAX_CAPTION_BYTES + 1 + IMAGE_TOKENS  # 323
+SAMPLING = {"cfg": 3.0, "temperature": 1.0, "top_k": 200}  # recommended (the command line's help shows it)
 
 
 def caption_tokens(text: str) -> list[int]:

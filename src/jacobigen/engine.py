@@ -16,6 +16,7 @@ import torch
 
 from .contract import model_device
 from .draws import Draws
+from .errors import WeightsError
 from .masks import block_mask, prefix_structure
 from .rng import Stream
 from .sampling import SamplingConfig, TargetPipeline
@@ -143,6 +144,9 @@ class Engine:
         mask = block_mask(cache.lengths, cache.capacity, prefix_structure(base, width))
         logits = self._run_model(rows, positions, mask, cache)
         last = logits[torch.arange(len(prefixes), device=self.device), base - 1][:, None]
+        if bool((last.isnan() | last.isposinf()).any()):   # -inf is how adapters rule ids out; one read per admission
+            raise WeightsError(f"the model ({getattr(self.model, 'name', type(self.model).__name__)}) returned "
+                               f"NaN or +inf logits for a prompt: its weights are probably corrupted")
         cache.commit(None, base)
         zero = torch.zeros(seeds.shape[0], 1, dtype=torch.int64, device=self.device)
         p0 = self.targets_of(last, zero)[:, 0]

@@ -11,3 +11,11 @@ class ConfigError(JacobigenError, ValueError):
 
 class WeightsError(JacobigenError, RuntimeError):
     """A weight file is missing, unreadable or does not match its model."""
+
+
+class ClusterError(JacobigenError, ConnectionError):
+    """A Ray cluster cannot be reached or joined."""
+
+
+class PromptWarning(UserWarning):
+    """A prompt is longer than the model reads: it is cut."""

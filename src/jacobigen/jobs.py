@@ -1,8 +1,11 @@
 """Many images as jobs: one image per (prompt, seed), each written the moment it exists, so that a
 rerun after a crash (or on more machines) redoes only what is missing.
 
-``out/NNNNN.png`` is the image and ``out/NNNNN.json`` its record (prompt, seed, method, forward
-passes); the record is written last, so its presence marks a finished job. ``out/stats.json``
+``out/NNNNN.png`` is the image and ``out/NNNNN.json`` its record: everything that determines the
+image (model and weights, method, window, options, sampling, prompt, seed) and what it cost. Both
+are written under a temporary name and renamed, the record last, so a record marks a finished job
+and a killed run never leaves a truncated file. A rerun keeps an image only if its record matches
+the run's settings and its PNG decodes; it redoes any other, and says why. ``out/stats.json``
 sums the records of a run.
 """
 
@@ -15,9 +18,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Iterable
 
-from .errors import ConfigError
-from .pipeline import Pipeline
+from PIL import Image
 
+from .checks import MAX_SEED
+from .errors import ConfigError
+from .files import atomic_write, check_writable, sweep_temporaries
+from .pipeline import Pipeline
 
 @dataclass(frozen=True)
 class Job:
@@ -30,21 +36,12 @@ class Job:
         return f"{self.index:05d}"
 
 
-def read_prompts(path: str | Path) -> list[str]:
-    """One prompt per line; blank lines and lines starting with '#' are skipped."""
-    try:
-        lines = Path(path).read_text(encoding="utf-8").splitlines()
-    except OSError as e:
-        raise ConfigError(f"cannot read prompts file {path}: {e.strerror or e}") from e
-    prompts = [ln.strip() for ln in lines if ln.strip() and not ln.lstrip().startswith("#")]
-    if not prompts:
-        raise ConfigError(f"prompts file {path} holds no prompts")
-    return prompts
-
-
 def plan(prompts: list[str], num_images: int = 1, seed: int = 0) -> list[Job]:
     """Job i is image i: prompts in order, ``num_images`` each, seed ``seed + i``."""
     texts = [p for p in prompts for _ in range(num_images)]
+    if texts and not 0 <= seed <= MAX_SEED - len(texts) + 1:
+        raise ConfigError(f"seed {seed} for {len(texts)} image(s) (image i gets seed + i) leaves [0, {MAX_SEED}]: "
+                          f"choose a seed in [0, {MAX_SEED - len(texts) + 1}]")
     return [Job(i, p, seed + i) for i, p in enumerate(texts)]
 
 
@@ -53,30 +50,57 @@ def chunks(jobs: list[Job], size: int) -> list[list[Job]]:
 
 
 class Outputs:
-    """The output folder of a job run."""
+    """The output folder of a job run; ``settings`` are what determines an image besides its
+    prompt and seed (model, weights, method, window, options, sampling)."""
 
-    def __init__(self, folder: str | Path):
-        self.folder = Path(folder)
-        self.folder.mkdir(parents=True, exist_ok=True)
+    def __init__(self, folder: str | Path, settings: dict | None = None):
+        self.folder = check_writable(folder, "output folder", folder=True)
+        self.settings = json.loads(json.dumps(settings or {}))     # as a record will read back
+        sweep_temporaries(self.folder)
 
     def _record_path(self, job: Job) -> Path:
         return self.folder / f"{job.name}.json"
 
-    def done(self, job: Job) -> bool:
-        """Finished earlier with this prompt and seed (a changed prompt file redoes the job)."""
+    def expected(self, job: Job) -> dict:
+        return {**self.settings, "prompt": job.prompt, "seed": job.seed}
+
+    def why_redo(self, job: Job) -> str:
+        """Why ``job`` must be made: '' when its image is on disk, decodes, and its record matches."""
         try:
             rec = json.loads(self._record_path(job).read_text())
+        except FileNotFoundError:
+            return "missing"
         except (OSError, ValueError):
-            return False
-        return (rec.get("prompt"), rec.get("seed")) == (job.prompt, job.seed) and \
-            (self.folder / f"{job.name}.png").exists()
+            return "unreadable record"
+        changed = [k for k, v in self.expected(job).items() if rec.get(k) != v]
+        if changed:
+            k = changed[0]
+            return f"made with another {k} ({rec.get(k)!r}, now {self.expected(job)[k]!r})"
+        try:
+            with Image.open(self.folder / f"{job.name}.png") as img:
+                img.verify()
+        except Exception:  # noqa: BLE001 - missing, truncated or not an image: all mean redo
+            return "image missing or does not decode"
+        return ""
+
+    def done(self, job: Job) -> bool:
+        return not self.why_redo(job)
+
+    def survey(self, jobs: Iterable[Job]) -> dict[str, list[Job]]:
+        """Jobs to make, by reason (``missing``, or why an image on disk cannot be kept)."""
+        out: dict[str, list[Job]] = {}
+        for job in jobs:
+            reason = self.why_redo(job)
+            if reason:
+                out.setdefault(reason, []).append(job)
+        return out
 
     def pending(self, jobs: Iterable[Job]) -> list[Job]:
-        return [j for j in jobs if not self.done(j)]
+        return sorted((j for group in self.survey(jobs).values() for j in group), key=lambda j: j.index)
 
     def write(self, job: Job, png: bytes, record: dict) -> None:
-        _atomic(self.folder / f"{job.name}.png", png)
-        _atomic(self._record_path(job), json.dumps(record, indent=2).encode())
+        atomic_write(self.folder / f"{job.name}.png", png)
+        atomic_write(self._record_path(job), json.dumps({**record, **self.expected(job)}, indent=2).encode())
 
     def summarise(self, jobs: list[Job], made: int = 0, wall_time: float = 0.0, **run) -> dict:
         """Sum the records of ``jobs`` into ``stats.json``, with the rate of this run (``made``
@@ -92,14 +116,8 @@ class Outputs:
                    "methods": sorted({r["method"] for r in recs}),
                    "images_made": made, "wall_time": wall_time, "images_per_second": rate,
                    "image_tokens_per_second": rate * per_image, **run}
-        (self.folder / "stats.json").write_text(json.dumps(summary, indent=2))
+        atomic_write(self.folder / "stats.json", json.dumps(summary, indent=2).encode())
         return summary
-
-
-def _atomic(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
 
 
 def render(pipe: Pipeline, jobs: list[Job], batch_size: int | None = None, **options) -> list[tuple[bytes, dict]]:

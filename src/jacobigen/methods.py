@@ -17,10 +17,10 @@ are labelled lossy.
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
 
+from .checks import parse_options
 from .drafters import Coupled, GumbelShared, Independent, VerificationPrior
 from .errors import ConfigError
 from .jacobi import Parts
@@ -70,8 +70,6 @@ class Method:
         o = {**self.options, **overrides}
         drafter = DRAFTERS[self.drafter](o["alpha"]) if "alpha" in o else DRAFTERS[self.drafter]()
         if self.vp:
-            if not 1 <= o["vp_growth_steps"] <= o["vp_history"]:
-                raise ConfigError(f"vp_growth_steps must lie in [1, vp_history={o['vp_history']}]")
             drafter = VerificationPrior(drafter, o["vp_history"], o["vp_growth_steps"], o["vp_top_k"],
                                         o["vp_weight"], o["vp_decay"])
         tree = ProactiveTree(o["tree_depth"], o["tree_width"], o["tree_budget"], o["tree_min_gain"]) if self.tree \
@@ -120,21 +118,6 @@ def get_method(name: str) -> Method:
         return METHODS[ALIASES.get(name, name)]
     except KeyError:
         raise ConfigError(f"unknown method {name!r}; available: {', '.join(METHODS)}") from None
-
-
-def parse_options(pairs) -> dict:
-    """``key=value`` texts to options (``-`` in keys read as ``_``); values parsed as JSON where they
-    parse (numbers, booleans), else kept as text."""
-    out = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key.strip():
-            raise ConfigError(f"expected key=value, got {pair!r}")
-        try:
-            out[key.strip().replace("-", "_")] = json.loads(value)
-        except json.JSONDecodeError:
-            out[key.strip().replace("-", "_")] = value.strip()
-    return out
 
 
 @dataclass(frozen=True)

@@ -150,6 +150,14 @@ def save_transformer(model: Transformer, path: str | Path, dtype: torch.dtype = 
     save_file(state, str(path), metadata={"config": json.dumps(asdict(model.config))})
 
 
+def check_finite(state: dict, path) -> None:
+    """Weights that parse but hold NaN/inf give NaN logits and garbage samples: refuse them at load."""
+    bad = [k for k, v in state.items() if v.is_floating_point() and not bool(torch.isfinite(v).all())]
+    if bad:
+        raise WeightsError(f"weights in {path} hold NaN or infinite values ({', '.join(bad[:3])}"
+                           f"{', ...' if len(bad) > 3 else ''}): the file is corrupted")
+
+
 def load_transformer(path: str | Path, dtype: torch.dtype = torch.float32,
                      device: str | torch.device = "cpu") -> Transformer:
     from safetensors import safe_open
@@ -165,4 +173,5 @@ def load_transformer(path: str | Path, dtype: torch.dtype = torch.float32,
         model.load_state_dict(state)
     except Exception as e:  # any parse or shape failure means the file is not what it claims
         raise WeightsError(f"cannot load model weights from {path}: {e}") from e
+    check_finite(state, path)
     return model.to(device=device, dtype=dtype).eval()

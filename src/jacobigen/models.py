@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import json
 from pathlib import Path
 
@@ -34,8 +36,9 @@ def embedded_pipeline(weights: Path = WEIGHTS, device: str = "cpu") -> Pipeline:
         return [Image.fromarray(p) for p in pixels]
 
     return Pipeline("emoji", model, layout, E.caption_tokens, E.unconditional_tokens(), decode,
-                    defaults={"cfg": 3.0, "temperature": 1.0, "top_k": 200},
-                    example_prompts=EMBEDDED_PROMPTS, reference=lambda: heldout_reference(weights))
+                    defaults=dict(E.SAMPLING),
+                    example_prompts=EMBEDDED_PROMPTS, reference=lambda: heldout_reference(weights),
+                    prompt_bytes=E.MAX_CAPTION_BYTES)
 
 
 def heldout_reference(weights: Path = WEIGHTS) -> tuple[list[str], list[Image.Image]]:
@@ -48,14 +51,52 @@ def heldout_reference(weights: Path = WEIGHTS) -> tuple[list[str], list[Image.Im
     return meta["captions"], [sheet.crop(box) for box in boxes]
 
 
+def resolve_device(device: str | None) -> str:
+    """``device`` checked against this machine (the same error for every model); None: CUDA when
+    available, else the CPU."""
+    if device is None:
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise ConfigError(f"--device {device!r} is not a device: use cpu, cuda, cuda:N or mps") from None
+    if dev.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            raise ConfigError(f"--device {device}: CUDA is not available on this machine (torch "
+                              f"{torch.__version__}, {'built without CUDA' if torch.version.cuda is None else 'no GPU'}); "
+                              f"use --device cpu")
+        if (dev.index or 0) >= count:
+            raise ConfigError(f"--device {device}: this machine has {count} CUDA device(s), cuda:0..cuda:{count - 1}")
+    elif dev.type == "mps" and not torch.backends.mps.is_available():
+        raise ConfigError(f"--device {device}: MPS is not available on this machine; use --device cpu")
+    elif dev.type not in ("cpu", "cuda", "mps"):
+        raise ConfigError(f"--device {device}: only cpu, cuda and mps devices are supported")
+    return device
+
+
+@functools.lru_cache(maxsize=4)
+def weights_id(spec: str) -> str:
+    """What job records name a model's weights by: a hash of the shipped files, the seed of the
+    random model, or the checkpoint a family spec points at."""
+    if spec in ("default", "emoji"):
+        digest = hashlib.sha256()
+        for name in ("ar.safetensors", "vq.safetensors"):
+            digest.update((WEIGHTS / name).read_bytes())
+        return f"sha256:{digest.hexdigest()[:16]}"
+    if spec == "random":
+        return "random:seed=0"
+    return spec
+
+
 def load_pipeline(spec: str = "default", device: str | None = None, trust_checkpoint: bool = False) -> Pipeline:
     """``default``/``emoji`` (shipped), ``random``, or ``FAMILY:PATH`` for a real model family.
-    ``device=None`` picks CUDA when available. ``trust_checkpoint`` lets a family read pickled
-    checkpoints that hold Python objects (unpickling them can run code)."""
-    if device is None:
-        device = "cuda" if torch.cuda.is_available() else "cpu"
+    ``device=None`` picks CUDA when available; an unavailable device is a :class:`ConfigError`.
+    ``trust_checkpoint`` lets a family read pickled checkpoints that hold Python objects
+    (unpickling them can run code)."""
+    device = resolve_device(device)
     if spec == "random":
-        return random_pipeline()
+        return random_pipeline(device=device)
     if spec in ("default", "emoji"):
         return embedded_pipeline(device=device)
     family, _, path = spec.partition(":")

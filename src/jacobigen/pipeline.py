@@ -6,6 +6,7 @@ unconditional prompt for CFG, VQ decoder, recommended sampling) lives in a :clas
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -15,8 +16,12 @@ from PIL import Image
 
 from .api import Generation, generate
 from .contract import ImageModel
+from .errors import ConfigError, PromptWarning
 from .layout import ImageLayout
 from .model import Transformer, TransformerConfig
+
+
+PROMPT_BYTES = 48     # the random model's prompt bytes, as the embedded model's
 
 
 @dataclass
@@ -33,10 +38,24 @@ class Pipeline:
                                                                 "green tree", "yellow star"])
     # held-out (captions, images) to measure FID against data; None when the model ships none
     reference: Callable[[], tuple[list[str], list[Image.Image]]] | None = None
+    prompt_bytes: int | None = None              # UTF-8 bytes of a prompt the encoder reads (None: all)
+
+    def texts(self, prompts) -> list[str]:
+        """``prompts`` (one text or a list) checked: a :class:`ConfigError` for anything but text, a
+        :class:`PromptWarning` for each prompt longer than the model reads."""
+        prompts = [prompts] if isinstance(prompts, str) else prompts
+        if not isinstance(prompts, (list, tuple)) or not prompts or not all(isinstance(p, str) for p in prompts):
+            raise ConfigError(f"prompts must be a text or a non-empty list of texts, got {prompts!r:.60}")
+        for p in dict.fromkeys(prompts):
+            size = len(p.strip().encode())
+            if self.prompt_bytes is not None and size > self.prompt_bytes:
+                warnings.warn(f"prompt {p[:40]!r}{'...' if len(p) > 40 else ''} is {size} bytes; the {self.name} "
+                              f"model reads only its first {self.prompt_bytes}", PromptWarning, stacklevel=3)
+        return list(prompts)
 
     def generate(self, prompts: str | list[str], **kwargs) -> tuple[Generation, list[Image.Image]]:
         """Sample images for text prompts; keyword arguments override the recommended sampling."""
-        prompts = [prompts] if isinstance(prompts, str) else list(prompts)
+        prompts = self.texts(prompts)
         opts = {**self.defaults, **kwargs}
         tokens = [self.encode(p) for p in prompts]
         gen = generate(self.model, tokens if len(tokens) > 1 else tokens[0], layout=self.layout,
@@ -51,7 +70,7 @@ def palette_decode(grids: torch.Tensor, image_ids: tuple[int, int]) -> list[Imag
     return [Image.fromarray(colours[g - lo]) for g in grids.cpu().numpy()]
 
 
-def random_pipeline(seed: int = 0, rows: int = 16, cols: int = 16, codes: int = 1024) -> Pipeline:
+def random_pipeline(seed: int = 0, rows: int = 16, cols: int = 16, codes: int = 1024, device: str = "cpu") -> Pipeline:
     """A random-weight model with a realistic layout: for trying the tools, not for pictures."""
     torch.manual_seed(seed)
     eol, boi, bos = codes, codes + 1, codes + 2
@@ -60,7 +79,7 @@ def random_pipeline(seed: int = 0, rows: int = 16, cols: int = 16, codes: int = 
     layout = ImageLayout(rows, cols, (0, codes), eol_id=eol, header=(boi,))
 
     def encode(text: str) -> list[int]:
-        return [bos, *(codes + 3 + b for b in text.encode()[:48])]
+        return [bos, *(codes + 3 + b for b in text.encode()[:PROMPT_BYTES])]
 
     model = Transformer(cfg)
     with torch.no_grad():  # fan-in scaled weights: peaked, context-dependent next-token laws
@@ -68,6 +87,7 @@ def random_pipeline(seed: int = 0, rows: int = 16, cols: int = 16, codes: int = 
             if p.dim() == 2:
                 p.normal_(0, p.shape[1] ** -0.5)
         model.embed.weight.normal_(0, 1.0)
-    return Pipeline("random", model.eval(), layout, encode, [bos],
+    return Pipeline("random", model.to(device).eval(), layout, encode, [bos],
                     lambda g: palette_decode(g, layout.image_ids),
-                    note="random weights: images are noise; the default model ships with its own issue")
+                    note="random weights: images are noise, for trying the tools; --model default draws emoji",
+                    prompt_bytes=PROMPT_BYTES)

@@ -14,11 +14,13 @@ import weakref
 
 import torch
 
+from .checks import integer, number
 from .contract import model_device
 from .errors import ConfigError
 from .mrs import accepts, residual
 from .verifiers import Verifier
 
+MAX_NEIGHBOURS = 256    # a [vocab, k] id table per (model, k)
 _NEIGHBOURS: "weakref.WeakKeyDictionary[object, dict]" = weakref.WeakKeyDictionary()
 
 
@@ -71,9 +73,7 @@ class GroupVerifier(_Neighbourhood):
     """GSD: accept d if u <= p(G) / q(G) over the group G = {d} and its k nearest latent neighbours."""
 
     def __init__(self, gsd_k: int = 4):
-        if gsd_k < 0:
-            raise ConfigError(f"gsd_k must be >= 0, got {gsd_k}")
-        self.k = gsd_k
+        self.k = integer("gsd_k", gsd_k, 0, MAX_NEIGHBOURS)
 
     def accept(self, p, q, d, u):
         p_d = p.gather(-1, d[..., None]).squeeze(-1)
@@ -86,10 +86,8 @@ class LanternVerifier(_Neighbourhood):
     u <= p~(d)/q(d). On rejection d and its neighbours leave the residual (their mass was offered)."""
 
     def __init__(self, lantern_k: int = 8, lantern_delta: float = 0.1):
-        if lantern_k < 0 or not 0 <= lantern_delta <= 1:
-            raise ConfigError(f"lantern_k must be >= 0 and lantern_delta in [0, 1], "
-                              f"got {lantern_k}, {lantern_delta}")
-        self.k, self.delta = lantern_k, lantern_delta
+        self.k = integer("lantern_k", lantern_k, 0, MAX_NEIGHBOURS)
+        self.delta = number("lantern_delta", lantern_delta, 0, 1)
 
     def accept(self, p, q, d, u):
         p_d = p.gather(-1, d[..., None]).squeeze(-1)

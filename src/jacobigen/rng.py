@@ -1,11 +1,16 @@
 """Counter-based randomness: every draw is a pure function of named integer keys.
 
-A decoder never holds generator state. A uniform is ``uniform(seed, sequence, position, iteration,
-stream)``, so a sequence gets the same tokens whether it runs alone or in a batch, and SCD's Gumbel
-sharing can reuse one position's noise across iterations without storing an [L, V] table.
+A decoder never holds generator state. A uniform is ``uniform(stream, seed, position, iteration)``,
+so a sequence gets the same tokens whether it runs alone or in a batch, and SCD's Gumbel sharing
+can reuse one position's noise across iterations without storing an [L, V] table.
 
 The hash is a 32-bit integer finaliser (``lowbias32``) chained over the keys, evaluated in int64
-(products wrap mod 2**64; only their low 32 bits are kept).
+(products wrap mod 2**64; only their low 32 bits are kept). Keys are 32-bit: callers keep seeds in
+[0, 2**32) (``api.generate`` checks). Every draw first hashes a *domain word* made of its stream,
+the number of keys after it and its kind (uniform or Gumbel), so draws of different streams or
+shapes never share a uniform: without it the ACCEPT uniform of iteration 5 equalled the shared
+Gumbel noise of token 1 (both hashed (seed, position, 5, 1)), which correlated a draft with the
+test that judged it.
 """
 
 from __future__ import annotations
@@ -19,7 +24,8 @@ _MASK32 = 0xFFFFFFFF
 
 
 class Stream:
-    """Stream ids keep independent draws at the same (position, iteration) apart."""
+    """Stream ids keep independent draws at the same (position, iteration) apart (below
+    ``2**26``: the domain word packs stream, arity and kind into 32 bits)."""
 
     ACCEPT = 1
     SAMPLE = 2
@@ -43,16 +49,33 @@ def _mix(x: torch.Tensor) -> torch.Tensor:
     return x ^ (x >> 16)
 
 
+MAX_KEYS = 15           # keys after the domain word
+_UNIFORM, _GUMBEL = 0, 1
+
+
 def hash_keys(*keys: torch.Tensor | int) -> torch.Tensor:
     """Broadcast the keys together and hash them into uint32 values held in int64."""
     return torch.from_numpy(_hash_small(keys).view(np.int64)) if _small(keys) else _hash_torch(keys)
 
 
-def uniform(*keys: torch.Tensor | int) -> torch.Tensor:
+def _domain(stream: torch.Tensor | int, keys: tuple, kind: int) -> tuple:
+    """The keys behind their domain word (stream, arity, kind): the first thing hashed, so two
+    draws that differ in any of the three never reuse each other's uniforms."""
+    if len(keys) > MAX_KEYS:
+        raise ValueError(f"at most {MAX_KEYS} keys per draw, got {len(keys)}")
+    return ((stream * (MAX_KEYS + 1) + len(keys)) * 2 + kind, *keys)
+
+
+def _unit(keys: tuple) -> torch.Tensor:
     """Float64 uniforms strictly inside (0, 1), one per broadcast key."""
     if _small(keys):
-        return torch.from_numpy((_hash_small(keys) + 0.5) / 2.0**32)
+        return torch.from_numpy(np.asarray((_hash_small(keys) + 0.5) / 2.0**32))
     return (_hash_torch(keys).to(torch.float64) + 0.5) / 2.0**32
+
+
+def uniform(stream: torch.Tensor | int, *keys: torch.Tensor | int) -> torch.Tensor:
+    """Float64 uniforms strictly inside (0, 1) of ``stream``, one per broadcast key."""
+    return _unit(_domain(stream, keys, _UNIFORM))
 
 
 # An iteration draws a few small sets of uniforms (one per draft, per row): on a CPU each torch op
@@ -128,8 +151,9 @@ def _hash_numpy(keys) -> np.ndarray:
     return np.asarray(h)
 
 
-def gumbel(*keys: torch.Tensor | int) -> torch.Tensor:
-    return -torch.log(-torch.log(uniform(*keys)))
+def gumbel(stream: torch.Tensor | int, *keys: torch.Tensor | int) -> torch.Tensor:
+    """Standard Gumbel noise of ``stream``, one per broadcast key (apart from its uniforms)."""
+    return -torch.log(-torch.log(_unit(_domain(stream, keys, _GUMBEL))))
 
 
 def categorical(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:

@@ -7,12 +7,16 @@ allowed mask comes before top-k/top-p so that truncation can never leave an empt
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch
 
-from .errors import ConfigError
+from .checks import integer, number
+
+
+# temperature and top-p act within float32's normal range: below it one would round to 0 (greedy
+# either way), above it to inf (uniform either way), and either would turn a probability into NaN
+_TINY, _HUGE = torch.finfo(torch.float32).tiny, torch.finfo(torch.float32).max
 
 
 @dataclass(frozen=True)
@@ -23,16 +27,12 @@ class SamplingConfig:
     cfg: float = 1.0
 
     def __post_init__(self):
-        if not (isinstance(self.temperature, (int, float)) and self.temperature > 0
-                and math.isfinite(self.temperature)):
-            raise ConfigError(f"temperature must be a finite number > 0 (use top_k=1 for greedy), "
-                              f"got {self.temperature}")
-        if self.top_k is not None and (not isinstance(self.top_k, int) or self.top_k < 1):
-            raise ConfigError(f"top_k must be an integer >= 1 or None, got {self.top_k}")
-        if self.top_p is not None and not 0 < self.top_p <= 1:
-            raise ConfigError(f"top_p must lie in (0, 1], got {self.top_p}")
-        if not math.isfinite(self.cfg):
-            raise ConfigError(f"cfg scale must be finite, got {self.cfg}")
+        object.__setattr__(self, "temperature", number("temperature", self.temperature, 0, lo_open=True))
+        if self.top_k is not None:
+            object.__setattr__(self, "top_k", integer("top_k", self.top_k, 1))
+        if self.top_p is not None:
+            object.__setattr__(self, "top_p", number("top_p", self.top_p, 0, 1, lo_open=True))
+        object.__setattr__(self, "cfg", number("cfg scale", self.cfg))
 
     @property
     def guided(self) -> bool:
@@ -53,9 +53,15 @@ def target_probs(logits: torch.Tensor, sampling: SamplingConfig, allowed: torch.
     if sampling.guided:
         cond, uncond = logits[0::2], logits[1::2]
         logits = uncond + sampling.cfg * (cond - uncond)
-    logits = logits.masked_fill(~allowed if blocked is None else blocked, float("-inf"))  # clears NaN of CFG too
+    # total for any finite setting: a huge cfg overflows to +-inf (or NaN), which would make the
+    # softmax NaN and the sampler return an id outside the vocabulary; clamp to finite, block the
+    # disallowed ids, and divide by the temperature only after the row's maximum is 0, so that
+    # the largest allowed logit stays at 0 (probability > 0) however small the temperature
+    big = torch.finfo(logits.dtype).max
+    logits = logits.nan_to_num(-big, big, -big)
+    logits = logits.masked_fill(~allowed if blocked is None else blocked, float("-inf"))
     if sampling.temperature != 1:
-        logits = logits / sampling.temperature
+        logits = (logits - logits.amax(-1, keepdim=True)) / min(max(sampling.temperature, _TINY), _HUGE)
     ids = None
     if sampling.top_k is not None and sampling.top_k < logits.shape[-1]:
         top = logits.topk(sampling.top_k, dim=-1, sorted=False)
@@ -66,7 +72,7 @@ def target_probs(logits: torch.Tensor, sampling: SamplingConfig, allowed: torch.
     if sampling.top_p is not None and sampling.top_p < 1:
         sorted_p, order = probs.sort(-1, descending=True)
         before = sorted_p.cumsum(-1) - sorted_p
-        drop = torch.zeros_like(probs, dtype=torch.bool).scatter_(-1, order, before >= sampling.top_p)
+        drop = torch.zeros_like(probs, dtype=torch.bool).scatter_(-1, order, before >= max(sampling.top_p, _TINY))
         probs = probs.masked_fill(drop, 0.0)
         probs = probs / probs.sum(-1, keepdim=True)
     return (probs, ids) if with_top else probs

@@ -38,6 +38,9 @@ from .errors import ConfigError
 from .rng import Stream
 
 
+MAX_NODES = 4096     # universe nodes: built as Python lists once per (depth, width), then as tensors
+
+
 @dataclass(frozen=True)
 class ProactiveTree:
     """SJD-PAC proactive drafting: at each tree depth, K candidates without replacement.
@@ -57,6 +60,10 @@ class ProactiveTree:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ConfigError(f"tree_{name} must be an integer >= 1, got {v!r}")
+        nodes = sum(self.width ** t for t in range(min(self.depth, 64)))     # the universe, root included
+        if nodes > MAX_NODES:
+            raise ConfigError(f"tree_depth={self.depth} and tree_width={self.width} span more than {MAX_NODES} "
+                              f"tree nodes, the most allowed (the reference tree, depth 3 and width 4, has 21)")
         b = self.budget
         if not (b in ("auto", "full") or (isinstance(b, int) and not isinstance(b, bool) and b >= 0)):
             raise ConfigError(f"tree_budget must be an integer >= 0, 'full' or 'auto', got {b!r}")

@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from jacobigen.errors import WeightsError
+from jacobigen.model import check_finite
 
 
 @dataclass(frozen=True)
@@ -199,4 +200,5 @@ class VQModel(nn.Module):
             model.load_state_dict({k: v.float() for k, v in tensors.items()})
         except Exception as exc:  # corrupt file, bad metadata or mismatched tensors
             raise WeightsError(f"cannot load VQ weights from {path}: {exc}") from exc
+        check_finite(tensors, path)
         return model.to(device).eval()

@@ -1,0 +1,65 @@
+"""Checks of user settings, shared by the parts that own them: each error names the setting, the
+value it got and the range it needs, so that a bad value never surfaces later as a torch error.
+Torch-free, so that the command line can check its arguments before loading a model."""
+
+from __future__ import annotations
+
+import json
+import math
+import operator
+
+from .errors import ConfigError
+
+
+def _range(lo, hi, lo_open: bool = False) -> str:
+    if hi is None:
+        return f"{'>' if lo_open else '>='} {lo}"
+    if lo is None:
+        return f"<= {hi}"
+    return f"in {'(' if lo_open else '['}{lo}, {hi}]"
+
+
+def integer(name: str, value, lo: int | None = None, hi: int | None = None) -> int:
+    """``value`` as an int (NumPy integers welcome; bools, floats and text are not)."""
+    try:
+        if isinstance(value, bool):
+            raise TypeError
+        v = operator.index(value)
+    except TypeError:
+        raise ConfigError(f"{name} must be an integer {_range(lo, hi)}, got {value!r}") from None
+    if (lo is not None and v < lo) or (hi is not None and v > hi):
+        raise ConfigError(f"{name} must be an integer {_range(lo, hi)}, got {v}")
+    return v
+
+
+def number(name: str, value, lo: float | None = None, hi: float | None = None, lo_open: bool = False) -> float:
+    """``value`` as a finite float (no NaN, no inf, no bool or text)."""
+    try:
+        if isinstance(value, (bool, str, bytes)):
+            raise TypeError
+        v = float(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{name} must be a finite number {_range(lo, hi, lo_open)}, got {value!r}") from None
+    low = lo is not None and (v <= lo if lo_open else v < lo)
+    if not math.isfinite(v) or low or (hi is not None and v > hi):
+        what = f" {_range(lo, hi, lo_open)}" if lo is not None or hi is not None else ""
+        raise ConfigError(f"{name} must be a finite number{what}, got {value!r}")
+    return v
+
+
+MAX_SEED = 2**32 - 1     # seeds are 32-bit keys of the counter-based generator (rng.py)
+
+
+def parse_options(pairs) -> dict:
+    """``key=value`` texts to options (``-`` in keys read as ``_``); values parsed as JSON where they
+    parse (numbers, booleans), else kept as text. The part that owns an option checks its type."""
+    out = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"expected key=value, got {pair!r}")
+        try:
+            out[key.strip().replace("-", "_")] = json.loads(value)
+        except json.JSONDecodeError:
+            out[key.strip().replace("-", "_")] = value.strip()
+    return out
