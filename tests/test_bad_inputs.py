@@ -43,6 +43,7 @@ CASES = [
     Case("a prompt and --prompts", "heart --prompts {tmp}/ok.txt", 2, "not both"),
     Case("--out with --prompts", "--prompts {tmp}/ok.txt --out {tmp}/a.png", 2, "--out writes one sheet"),
     Case("--stats with --prompts", "--prompts {tmp}/ok.txt --stats {tmp}/s.json", 2, "--stats writes one sheet"),
+    Case("--trace with --prompts", "--prompts {tmp}/ok.txt --trace", 2, "--trace draws one sheet"),
     Case("--out without an extension", "heart --model random --out {tmp}/noext", 2, "names no image format",
          writes="{tmp}/noext"),
     Case("--out in a folder that is a file", "heart --model random --out {tmp}/file/a.png", 2, "cannot write --out"),

@@ -160,6 +160,20 @@ def test_sampled_runs_give_valid_grids(family, method):
     assert torch.equal(gen.tokens[:, lay.forced() >= 0], lay.forced()[lay.forced() >= 0].expand(2, -1))
 
 
+def test_analyze_runs_on_the_family(family):
+    """`jacobigen analyze`'s decoding measurements and its teacher-forced influence measurement run
+    on each family unchanged (values are checked on the embedded model, in test_analyze.py)."""
+    from jacobigen.analyze import accepted_lengths, influence
+
+    name, _, pipe, _, _, _ = family
+    text = PROMPT.get(name, "a red cat")
+    acc = accepted_lengths(pipe, [text], [0], 4, methods=("scd-mc",))
+    assert sum(acc["scd-mc"]["histogram"].values()) > 0
+    inf = influence(pipe, [text], [0], perturbations=2, window=4)
+    assert all(0 <= x <= 1 + 1e-6 for x in inf["tv_by_distance"] + inf["tv_by_column_offset"])
+    assert max(inf["tv_by_distance"]) > 0
+
+
 def test_refilled_batches_match_each_prompt_alone(family):
     """Three prompts of different lengths through two rows: refill moves a newcomer's prefilled
     cache (and any per-row state, like LlamaGen's prompt lengths) into a finished row."""

@@ -29,6 +29,8 @@ def test_depth_counts_the_root_as_the_reference_does():
     assert ProactiveTree(3, 4, 5).carve(16) == (2, 5)
     assert ProactiveTree(3, 4, 30).carve(8) == (2, 5)                         # the spine keeps the tree's depths
     assert ProactiveTree(3, 4, "auto").carve(2) == (0, 0)                     # no room: a plain chain
+    assert ProactiveTree(3, 4, "auto").carve(20) == (0, 0)                    # auto: the reference tree or none
+    assert ProactiveTree(3, 4, "auto").carve(21) == (2, 18)
 
 
 @pytest.mark.parametrize("options,match", [
@@ -49,9 +51,10 @@ def test_the_tree_is_part_of_the_window(model):
 
 
 def test_a_tree_that_never_grows_is_the_chain(model):
-    """Budget 0, or an automatic budget that never pays, decode exactly what scd-mc decodes."""
+    """Budget 0, an automatic budget that never pays, or one in a window smaller than the
+    reference tree (21 nodes at width 4), decode exactly what scd-mc decodes."""
     chain = generate(model, [5, 6], method="scd-mc", window=12, **KW)
-    for options in ({"tree_budget": 0}, {"tree_min_gain": float("inf")}):
+    for options in ({"tree_budget": 0}, {"tree_min_gain": float("inf")}, {"tree_width": 4}):
         tree = generate(model, [5, 6], method="sjd-pac", window=12, **options, **KW)
         assert torch.equal(tree.tokens, chain.tokens) and tree.stats.nfe == chain.stats.nfe
         assert sum(tree.stats.sibling_tokens) == 0

@@ -207,7 +207,7 @@ def generate(prompts, model_spec, device, method, window, seed, num_images, batc
              workers, progress, threads, trace, trust_checkpoint):
     """Generate images for PROMPTS and report how many forward passes it took."""
     jobs_run = prompts_file is not None or use_ray
-    _check_combination(prompts, prompts_file, use_ray, address, out, stats_path, threads)
+    _check_combination(prompts, prompts_file, use_ray, address, out, stats_path, threads, trace)
     options = options_of(options)
     sampling = {k: v for k, v in dict(cfg=cfg, temperature=temperature, top_k=top_k, top_p=top_p).items()
                 if v is not None}
@@ -216,9 +216,6 @@ def generate(prompts, model_spec, device, method, window, seed, num_images, batc
         check_seeds(seed, len(texts) * num_images)
         check_writable(out_dir, "--out-dir", folder=True)
         check_method(method, window, options)
-        if trace:
-            raise click.UsageError("--trace draws one sheet's acceptance maps; with --prompts/--ray use "
-                                   "`jacobigen bench` or the API's gen.stats.when")
         return _generate_jobs(texts, (model_spec, device, trust_checkpoint), num_images, seed, out_dir, chunk,
                               use_ray, address, workers, progress, threads, batch_size,
                               dict(method=method, window=window, options=options, sampling=sampling))
@@ -241,7 +238,7 @@ def generate(prompts, model_spec, device, method, window, seed, num_images, batc
                                                    **sampling))
 
 
-def _check_combination(prompts, prompts_file, use_ray, address, out, stats_path, threads) -> None:
+def _check_combination(prompts, prompts_file, use_ray, address, out, stats_path, threads, trace) -> None:
     """Flags that would be silently ignored together are refused instead."""
     if prompts_file and prompts:
         raise click.UsageError(f"give PROMPTS or --prompts FILE, not both (got {len(prompts)} prompt(s) and "
@@ -253,6 +250,9 @@ def _check_combination(prompts, prompts_file, use_ray, address, out, stats_path,
         if flag:
             raise click.UsageError(f"{flag} writes one sheet; with --prompts/--ray every image goes to --out-dir "
                                    f"(and its statistics to --out-dir/stats.json)")
+        if trace:
+            raise click.UsageError("--trace draws one sheet's acceptance maps; with --prompts/--ray use "
+                                   "`jacobigen bench` (acceptance.png) or the API's gen.stats.when")
     if address and not use_ray:
         raise click.UsageError("--address names a Ray cluster: add --ray")
     if use_ray and threads is not None:

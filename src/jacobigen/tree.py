@@ -95,10 +95,13 @@ class ProactiveTree:
 
     def carve(self, window: int) -> tuple[int, int]:
         """(levels, most off-spine nodes) of the tree carved out of a ``window``-token block: the
-        spine keeps at least the tree's depths; (0, 0) when no sibling fits."""
+        spine keeps at least the tree's depths; (0, 0) when no sibling fits, and for the automatic
+        budget when the reference tree does not fit."""
         w = window - 1
         levels = min(self.levels, w)
         cap = min(self.cap(levels), w - levels) if levels else 0
+        if self.budget == "auto" and levels and self.off_spine(levels) > cap:
+            return 0, 0         # a window smaller than the reference tree: the plain chain (see AutoBudget)
         if self.budget == "full" and levels and self.off_spine(levels) > cap:
             need = 1 + levels + self.off_spine(levels)
             raise ConfigError(f"the full tree of depth {self.depth} and width {self.width} has {need} nodes and "
@@ -269,7 +272,10 @@ def arrange(nodes: TreeNodes, root: torch.Tensor, drafts: torch.Tensor, cand: to
 
 
 class AutoBudget:
-    """``tree_budget=auto``: per sequence, the chance that the chain accepts depth j once it reached
+    """``tree_budget=auto``, in windows that hold the reference tree (smaller ones decode as the
+    chain: there every node displaces a spine depth the chain still reaches, and on the embedded
+    model no bar made such trees pay: 2.27-2.47x step compression against the chain's 2.59x at
+    window 16 over 48 images). Per sequence, the chance that the chain accepts depth j once it reached
     j - 1 (counted with a uniform prior), and how the tree's values compare with the off-spine
     tokens it committed. A node replaces the spine's deepest draft while its calibrated value beats
     the chance the chain reaches that depth; both are known before the forward. A tree is used
