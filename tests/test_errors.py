@@ -88,7 +88,7 @@ def test_prompts_as_arrays_and_tensors(model):
 def test_seeds_never_wrap(model, seed, message):
     with pytest.raises(ConfigError, match=message):
         generate(model, PROMPT, layout=LAYOUT, seed=seed)
-    with pytest.raises(ConfigError, match="past the largest seed"):
+    with pytest.raises(ConfigError, match="passes the largest seed"):
         generate(model, [PROMPT, PROMPT], layout=LAYOUT, seed=2**32 - 1)
 
 

@@ -33,6 +33,7 @@ from .bench import encode
 from .drafters import Drafter, Slots
 from .methods import get_method
 from .sampling import SamplingConfig, target_probs
+from .stats import step_compression
 
 
 class DraftTrail(Drafter):
@@ -117,7 +118,7 @@ def cfg_sweep(pipe, prompts, seeds, window: int, scales=(1.0, 2.0, 3.0, 5.0, 7.5
         for cfg in scales:
             nfe, _, _ = _decode(pipe, prompts, seeds, method, window, {"cfg": cfg})
             out.append({"method": method, "cfg": cfg, "nfe": statistics.mean(nfe),
-                        "step_compression": pipe.layout.length / statistics.mean(nfe)})
+                        "step_compression": step_compression(pipe.layout.length, statistics.mean(nfe))})
             tick()
     return out
 

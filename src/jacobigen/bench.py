@@ -24,6 +24,7 @@ from tqdm.auto import tqdm
 
 from .api import generate
 from .contract import model_device
+from .checks import image_seeds
 from .costs import block_size, forward_cost_curve, predicted_seconds_per_image
 from .engine import sync
 from .errors import ConfigError, JacobigenError
@@ -31,6 +32,7 @@ from .fid import features, frechet_distance
 from .methods import parse_variant
 from .pipeline import Pipeline
 from .plain_ar import plain_ar
+from .stats import step_compression
 from .threads import choose_threads, environment, environment_line, loadavg
 
 PLAIN = "plain-ar"
@@ -225,7 +227,7 @@ def run_bench(pipe: Pipeline, methods: list[str], windows: list, prompts: list[s
     ar, plain = rows["ar", 1, False], rows[PLAIN, 1, False]
     by_wall, by_cpu = min(ar, plain, key=lambda r: r.wall), min(ar, plain, key=lambda r: r.cpu)
     for r in rows.values():
-        r.step_compression = ar.nfe / r.nfe
+        r.step_compression = step_compression(ar.nfe, r.nfe)
         r.latency_speedup = by_wall.wall / r.wall
         r.cpu_speedup = by_cpu.cpu / r.cpu
         r.latency_speedup_vs_ar = ar.wall / r.wall
@@ -319,8 +321,8 @@ class FidReference:
         else:
             prompts = (pipe.example_prompts * n)[:n]
             source = "example prompts; FID vs data skipped: the model ships no held-out images"
-        seeds = list(range(n))
-        ar = features(sample_images(pipe, "ar", 1, prompts, [n + s for s in seeds], **sampling))
+        seeds = image_seeds(0, n)
+        ar = features(sample_images(pipe, "ar", 1, prompts, image_seeds(n, n), **sampling))     # disjoint seeds
         return cls(pipe, prompts, seeds, ar, data, source, sampling)
 
     def score(self, method: str, window: int, **options) -> tuple[float, float | None]:

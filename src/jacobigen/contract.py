@@ -56,6 +56,11 @@ class ImageModel(Protocol):
     def parameters(self) -> Iterator[torch.nn.Parameter]: ...
 
 
+def default_device() -> str:
+    """The device a model loads on when none is named: CUDA when available, else the CPU."""
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
 def model_device(model: ImageModel) -> torch.device:
     """The device of the model's first parameter; a model without one gets a ConfigError rather than
     a bare StopIteration from deep inside the decoder."""

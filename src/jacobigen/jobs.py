@@ -20,10 +20,10 @@ from typing import Callable, Iterable
 
 from PIL import Image
 
-from .checks import MAX_SEED
-from .errors import ConfigError
+from .checks import image_seeds
 from .files import atomic_write, check_writable, sweep_temporaries
 from .pipeline import Pipeline
+from .stats import step_compression
 
 @dataclass(frozen=True)
 class Job:
@@ -39,10 +39,7 @@ class Job:
 def plan(prompts: list[str], num_images: int = 1, seed: int = 0) -> list[Job]:
     """Job i is image i: prompts in order, ``num_images`` each, seed ``seed + i``."""
     texts = [p for p in prompts for _ in range(num_images)]
-    if texts and not 0 <= seed <= MAX_SEED - len(texts) + 1:
-        raise ConfigError(f"seed {seed} for {len(texts)} image(s) (image i gets seed + i) leaves [0, {MAX_SEED}]: "
-                          f"choose a seed in [0, {MAX_SEED - len(texts) + 1}]")
-    return [Job(i, p, seed + i) for i, p in enumerate(texts)]
+    return [Job(i, p, s) for i, (p, s) in enumerate(zip(texts, image_seeds(seed, len(texts))))]
 
 
 def chunks(jobs: list[Job], size: int) -> list[list[Job]]:
@@ -112,7 +109,7 @@ class Outputs:
         rate = made / wall_time if wall_time else 0.0
         summary = {"images": len(recs), "missing": len(jobs) - len(recs),
                    "forward_passes_per_image": nfe / max(len(recs), 1),
-                   "step_compression": ar / nfe if nfe else 0.0,
+                   "step_compression": step_compression(ar, nfe),
                    "methods": sorted({r["method"] for r in recs}),
                    "images_made": made, "wall_time": wall_time, "images_per_second": rate,
                    "image_tokens_per_second": rate * per_image, **run}

@@ -11,6 +11,7 @@ import torch
 from PIL import Image
 
 from . import embedded as E
+from .contract import default_device
 from .errors import ConfigError
 from .layout import ImageLayout
 from .model import load_transformer
@@ -55,7 +56,7 @@ def resolve_device(device: str | None) -> str:
     """``device`` checked against this machine (the same error for every model); None: CUDA when
     available, else the CPU."""
     if device is None:
-        return "cuda" if torch.cuda.is_available() else "cpu"
+        return default_device()
     try:
         dev = torch.device(device)
     except (RuntimeError, TypeError):
