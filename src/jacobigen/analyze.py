@@ -34,6 +34,7 @@ from .drafters import Drafter, Slots
 from .methods import get_method
 from .sampling import SamplingConfig, target_probs
 from .stats import step_compression
+from .threads import environment, loadavg
 
 
 class DraftTrail(Drafter):
@@ -199,11 +200,14 @@ def _targets(model, prompt, uncond, header, images: torch.Tensor, sampling: Samp
     return target_probs(torch.stack([logits(prompt), logits(uncond)], 1).flatten(0, 1), sampling, allowed)
 
 
-def run_all(pipe, prompts: list[str], seeds: list[int], window: int, out: Path, progress: bool = True) -> dict:
-    """Every measurement, its JSON and its figure under ``out``."""
+def run_all(pipe, prompts: list[str], seeds: list[int], window: int, out: Path, progress: bool = True,
+            model_spec: str | None = None) -> dict:
+    """Every measurement, its JSON and its figure under ``out``; each JSON also records the machine,
+    code and weights (:func:`~jacobigen.threads.environment`, given the ``--model`` spec ``model_spec``)."""
     from . import plots
 
     out.mkdir(parents=True, exist_ok=True)
+    machine = environment(pipe.model, model_spec)
     alphas, scales = (0.0, 0.25, 0.5, 0.75, 1.0), (1.0, 2.0, 3.0, 5.0, 7.5)
     images = len(prompts) * len(seeds)
     total = 2 * len(alphas) + 3 * len(scales) + 4 + images
@@ -214,8 +218,10 @@ def run_all(pipe, prompts: list[str], seeds: list[int], window: int, out: Path, 
             "accepted": accepted_lengths(pipe, prompts, seeds, window, tick=bar.update),
             "influence": influence(pipe, prompts, seeds, window=window, tick=bar.update),
         }
+    machine["loadavg_after"] = loadavg()
     settings = {"model": pipe.name, "prompts": prompts, "seeds": seeds, "window": window, **pipe.defaults}
     for name, data in results.items():
-        (out / f"{name}.json").write_text(json.dumps({"settings": settings, "data": data}, indent=1))
+        (out / f"{name}.json").write_text(json.dumps({"settings": settings, "environment": machine, "data": data},
+                                                    indent=1))
     plots.plot_analysis(results, pipe.name, out)
     return results

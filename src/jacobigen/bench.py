@@ -184,16 +184,17 @@ def choose_window(pipe: Pipeline, variant, prompt: str, seed: int, curve: dict[i
 
 
 def run_bench(pipe: Pipeline, methods: list[str], windows: list, prompts: list[str],
-              seeds: list[int], progress: bool = True, warmup: bool = True,
+              seeds: list[int], progress: bool = True, warmup: bool = True, model_spec: str | None = None,
               **sampling) -> tuple[list[Row], dict]:
     """Run ``ar``, the plain loop and every (method, window) on every (prompt, seed), interleaved so
     drift hits all alike, after one untimed warm-up run of each (kernels, tables, compilation).
 
     ``windows`` may contain "auto": the window is then chosen per method from the device's
     forward cost curve (measured here) and a pilot run. Returns the rows and the other data:
-    baselines, warm-up time, cost curve, machine and load average before and after.
+    baselines, warm-up time, cost curve, and the machine, code and weights (:func:`~jacobigen.threads.environment`,
+    given the ``--model`` spec ``model_spec``) with the load average before and after.
     """
-    extra: dict = {**environment(pipe.model), "loadavg_before": loadavg()}
+    extra: dict = environment(pipe.model, model_spec)
     specs = [parse_variant(m) for m in dict.fromkeys(["ar", *methods]) if m != PLAIN]
     fixed = [w for w in windows if w != "auto"]
     configs = [("ar", 1, False, True), (PLAIN, 1, False, True)]

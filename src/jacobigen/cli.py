@@ -431,7 +431,7 @@ def bench(model_spec, device, method_names, windows, n_prompts, n_seeds, n_fid, 
 
         network()  # fail before the timing runs when the eval extra is missing
     results = run_settings(pipe, thread_counts or [None], use_compile, method_names, windows, prompts,
-                           image_seeds(0, n_seeds))
+                           image_seeds(0, n_seeds), model_spec=model_spec)
     if n_fid:  # image quality does not depend on threads or compilation: the first setting gets it
         rows, extra = next(iter(results.values()))
         extra.update(run_fid(pipe, rows, n_fid))
@@ -467,7 +467,7 @@ def throughput(model_spec, device, method_names, batch_sizes, n_images, window, 
         raise click.BadParameter("batch sizes must be >= 1", param_hint="--batch")
     check_writable(out_dir, "--out", folder=True)
     pipe = _load(model_spec, device, threads, trust_checkpoint)
-    rows, info = run_throughput(pipe, method_names, batch_sizes, n_images, window, repeats)
+    rows, info = run_throughput(pipe, method_names, batch_sizes, n_images, window, repeats, model_spec=model_spec)
     write_report(rows, info, out_dir, {"model": pipe.name, "sampling": pipe.defaults, "window": window})
     click.echo(markdown(rows, info))
     click.echo(f"wrote {out_dir}/: throughput.json, throughput.md, throughput.png")
@@ -494,7 +494,7 @@ def analyze(model_spec, device, prompt_texts, n_seeds, window, out_dir, progress
     check_writable(out_dir, "--out", folder=True)
     pipe = _load(model_spec, device, threads, trust_checkpoint)
     prompts = list(prompt_texts) or pipe.example_prompts[:2]
-    run_all(pipe, prompts, image_seeds(0, n_seeds), window, out_dir, progress)
+    run_all(pipe, prompts, image_seeds(0, n_seeds), window, out_dir, progress, model_spec=model_spec)
     click.echo(f"wrote {out_dir}/: alpha, hamming, cfg, accepted, influence (.png and .json)")
 
 

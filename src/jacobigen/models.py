@@ -90,6 +90,15 @@ def weights_id(spec: str) -> str:
     return spec
 
 
+@functools.lru_cache(maxsize=4)
+def weights_provenance(spec: str) -> dict[str, str] | str:
+    """What a benchmark records as the weights it ran: for the shipped model the sha256 of each
+    weights file, else :func:`weights_id` (the random model's seed, or the spec of a checkpoint)."""
+    if spec in ("default", "emoji"):
+        return {f.name: hashlib.sha256(f.read_bytes()).hexdigest() for f in sorted(WEIGHTS.glob("*.safetensors"))}
+    return weights_id(spec)
+
+
 def load_pipeline(spec: str = "default", device: str | None = None, trust_checkpoint: bool = False) -> Pipeline:
     """``default``/``emoji`` (shipped), ``random``, or ``FAMILY:PATH`` for a real model family.
     ``device=None`` picks CUDA when available; an unavailable device is a :class:`ConfigError`.

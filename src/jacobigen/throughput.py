@@ -20,11 +20,13 @@ from .threads import environment, environment_line, loadavg
 
 
 def run_throughput(pipe: Pipeline, methods: list[str], batch_sizes: list[int], n_images: int,
-                   window: int, repeats: int = 1, progress: bool = True, **sampling) -> tuple[list[dict], dict]:
+                   window: int, repeats: int = 1, progress: bool = True, model_spec: str | None = None,
+                   **sampling) -> tuple[list[dict], dict]:
     """Decode ``n_images`` images (example prompts, seeds 0..n-1) for every (method, batch size),
     ``repeats`` times, interleaved; report the fastest run of each. Returns the rows and the
-    machine (threads, torch, device, CPU) with the load average before and after."""
-    info = {**environment(pipe.model), "loadavg_before": loadavg()}
+    machine, code and weights (:func:`~jacobigen.threads.environment`, given the ``--model`` spec
+    ``model_spec``) with the load average before and after."""
+    info = environment(pipe.model, model_spec)
     prompts = (pipe.example_prompts * n_images)[:n_images]
     seeds = image_seeds(0, n_images)
     image_tokens = pipe.layout.rows * pipe.layout.cols
