@@ -93,7 +93,8 @@ def test_seeds_never_wrap(model, seed, message):
 
 
 @pytest.mark.parametrize("kwargs,message", [
-    ({"window": 10**9}, r"window 1000000000 is longer than a block can use: the image has 273 tokens .* \(window <= 4369\)"),
+    ({"window": 10**9},
+     r"window 1000000000 is longer than a block can use: the image has 273 tokens .* \(window <= 4369\)"),
     ({"window": "8"}, "window must be an integer"),
     ({"batch_size": 0}, "batch_size must be an integer >= 1"),
     ({"cfg": float("nan"), "uncond": UNCOND}, "cfg scale must be a finite number, got nan"),

@@ -21,9 +21,9 @@ from __future__ import annotations
 import json
 import statistics
 from collections import deque
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Callable
 
 import torch
 from tqdm.auto import tqdm
@@ -74,7 +74,7 @@ class DraftTrail(Drafter):
     @property
     def hamming(self) -> list[float | None]:
         """Share of drafts that changed, s = 1..steps iterations apart."""
-        return [c / n if n else None for c, n in zip(self.changed, self.compared)]
+        return [c / n if n else None for c, n in zip(self.changed, self.compared, strict=True)]
 
 
 def _sampling(options: dict) -> SamplingConfig:
@@ -169,7 +169,7 @@ def influence(pipe, prompts, seeds, perturbations: int = 16, window: int = 32,
             changed[1 + torch.arange(cells.numel()), free[cells]] = ids + (ids >= old)        # another id
             p = _targets(model, tokens, uncond, list(layout.header), changed, sampling, allowed)[:, free]
             tv = 0.5 * (p[1:] - p[:1]).abs().sum(-1)                                            # [P, cells]
-            for t, a in zip(tv, cells.tolist()):
+            for t, a in zip(tv, cells.tolist(), strict=True):
                 later = torch.arange(a + 1, free.numel())
                 by_distance[later - a] += t[later]
                 n_distance[later - a] += 1

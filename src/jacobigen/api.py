@@ -13,8 +13,8 @@ from .jacobi import JacobiDecoder, Parts
 from .layout import ImageLayout
 from .methods import Method, get_method
 from .sampling import SamplingConfig
-from .tree import MAX_NODES
 from .stats import DecodeStats
+from .tree import MAX_NODES
 
 
 @dataclass
@@ -74,7 +74,7 @@ def prompt_rows(prompt, seed: int | list[int], uncond, guided: bool) -> tuple[li
         unconds = unconds * len(prompts)
     if len(unconds) != len(prompts):
         raise ConfigError(f"{len(unconds)} unconditional prompts for {len(prompts)} prompts")
-    return [r for pair in zip(prompts, unconds) for r in pair], seeds
+    return [r for pair in zip(prompts, unconds, strict=True) for r in pair], seeds
 
 
 def generate(model: ImageModel, prompt, *, layout: ImageLayout, method: str = "sjd", window: int = 32,

@@ -23,8 +23,8 @@ from PIL import Image
 from tqdm.auto import tqdm
 
 from .api import generate
-from .contract import model_device
 from .checks import image_seeds
+from .contract import model_device
 from .costs import block_size, forward_cost_curve, predicted_seconds_per_image
 from .engine import sync
 from .errors import ConfigError, JacobigenError
@@ -84,7 +84,7 @@ class Row:
     def overhead_share(self) -> float | None:
         return None if self.forward is None or not self.wall else 1 - self.forward / self.wall
 
-    def add(self, run: "Run") -> None:
+    def add(self, run: Run) -> None:
         n = self.runs
 
         def mean(old, new):

@@ -305,7 +305,7 @@ def _generate_sheet(prompts, model, num_images, seed, out, fmt, size, stats_path
         from .plots import plot_acceptance
 
         trace_path = out.with_name(out.stem + ".trace.png")
-        titles = [f"{t} (seed {sd}): {n} passes" for t, sd, n in zip(texts, seeds, s.sequence_nfe)]
+        titles = [f"{t} (seed {sd}): {n} passes" for t, sd, n in zip(texts, seeds, s.sequence_nfe, strict=True)]
         plot_acceptance(list(pipe.layout.grid(s.when)), titles, trace_path)
         click.echo(f"wrote {trace_path}")
 

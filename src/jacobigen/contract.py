@@ -8,7 +8,8 @@ cache rule) on a real forward, for the shared test every family runs (``tests/te
 
 from __future__ import annotations
 
-from typing import Iterator, Protocol
+from collections.abc import Iterator
+from typing import Protocol
 
 import torch
 

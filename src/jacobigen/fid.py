@@ -9,7 +9,7 @@ installed); it takes images resized to 299 x 299 the way StyleGAN's metrics do a
 from __future__ import annotations
 
 import warnings
-from functools import lru_cache
+from functools import cache
 
 import numpy as np
 import torch
@@ -27,7 +27,7 @@ def network(device: str | None = None):
     return _network(device or default_device())
 
 
-@lru_cache(maxsize=None)
+@cache
 def _network(device: str):
     try:
         with warnings.catch_warnings():  # torch.jit.script / load are deprecated but still work

@@ -64,9 +64,9 @@ def resolve_device(device: str | None) -> str:
     if dev.type == "cuda":
         count = torch.cuda.device_count() if torch.cuda.is_available() else 0
         if count == 0:
+            why = "built without CUDA" if torch.version.cuda is None else "no GPU"
             raise ConfigError(f"--device {device}: CUDA is not available on this machine (torch "
-                              f"{torch.__version__}, {'built without CUDA' if torch.version.cuda is None else 'no GPU'}); "
-                              f"use --device cpu")
+                              f"{torch.__version__}, {why}); use --device cpu")
         if (dev.index or 0) >= count:
             raise ConfigError(f"--device {device}: this machine has {count} CUDA device(s), cuda:0..cuda:{count - 1}")
     elif dev.type == "mps" and not torch.backends.mps.is_available():

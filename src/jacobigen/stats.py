@@ -40,7 +40,7 @@ class DecodeStats:
     _pending: list = field(default_factory=list, repr=False, compare=False)
 
     @classmethod
-    def start(cls, batch: int) -> "DecodeStats":
+    def start(cls, batch: int) -> DecodeStats:
         return cls(batch=batch, sequence_nfe=[0] * batch)
 
     def admit(self, sequences: list[int]) -> None:
@@ -57,7 +57,7 @@ class DecodeStats:
 
     def finish(self, nfe: int, wall: float, forward: float | None) -> None:
         if self._pending:
-            seq, step, nodes, siblings = (torch.cat(x) for x in zip(*self._pending))
+            seq, step, nodes, siblings = (torch.cat(x) for x in zip(*self._pending, strict=True))
             active = seq >= 0
             for s in seq[active].tolist():
                 self.sequence_nfe[s] += 1
