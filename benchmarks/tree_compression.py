@@ -45,8 +45,9 @@ def main(argv=None) -> str:
             for w in ([v.window] if v.window else windows)]
     jobs = [(v, w) for v, w in jobs if unbuildable(v, w) is None]
     lines = [f"Step compression on the {pipe.name} model: {len(prompts)} prompts x {args.seeds} seeds per row "
-             f"(`python benchmarks/tree_compression.py`), AR takes {pipe.layout.length} forward passes per image.", "",
-             "| method | window | NFE/image (± s.e.) | step compression | sibling tokens/image |", "|---|---|---|---|---|"]
+             f"(`python benchmarks/tree_compression.py`), AR takes {pipe.layout.length} forward passes per image.",
+             "", "| method | window | NFE/image (± s.e.) | step compression | sibling tokens/image |",
+             "|---|---|---|---|---|"]
     for v, w in tqdm(jobs, desc="compression", unit="row"):
         nfe, siblings = [], 0
         for prompt in prompts:

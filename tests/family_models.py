@@ -75,7 +75,7 @@ def hf_greedy(step, cond: list[int], uncond: list[int] | None, cfg: float, n: in
     inputs = [torch.tensor([cond]), torch.tensor([uncond]) if uncond is not None else None]
     out = []
     for j in range(n):
-        logits = [step(x, c) for x, c in zip(inputs, caches) if x is not None]
+        logits = [step(x, c) for x, c in zip(inputs, caches, strict=True) if x is not None]
         z = logits[0] if len(logits) == 1 else logits[1] + cfg * (logits[0] - logits[1])
         z = z.float().masked_fill(~allowed, float("-inf"))
         tok = int(forced[j]) if forced[j] >= 0 else int(z.argmax())

@@ -28,6 +28,8 @@ def test_every_figure_has_its_json(results):
     for name in ("alpha", "cfg", "accepted", "influence"):
         data = json.loads((out / f"{name}.json").read_text())
         assert data["settings"]["model"] == "tiny" and data["data"]
+        assert {"threads", "torch", "device", "git_commit", "weights", "loadavg_before", "loadavg_after"} <= set(
+            data["environment"])
 
 
 def test_coupling_makes_drafts_stable(results):

@@ -5,10 +5,10 @@ import pytest
 import torch
 
 from jacobigen import METHODS, generate
-from jacobigen.exactness import exact_distribution, gof_pvalue, layout, tiny_model
 from jacobigen.api import make_decoder
-from jacobigen.sampling import SamplingConfig
+from jacobigen.exactness import exact_distribution, gof_pvalue, layout, tiny_model
 from jacobigen.layout import ImageLayout
+from jacobigen.sampling import SamplingConfig
 from models import CODES, PROMPT, UNCOND, random_model
 
 LAYOUT = ImageLayout(4, 6, (0, CODES), eol_id=CODES, end_id=CODES + 1)   # 29 tokens: fast
@@ -28,7 +28,7 @@ def model():
 def test_refilled_batch_matches_each_sequence_alone(model, method):
     kw = dict(layout=LAYOUT, method=method, window=8, cfg=2.0, uncond=UNCOND)
     batch = generate(model, PROMPTS, seed=SEEDS, batch_size=2, top_k=1, **kw)
-    for i, (p, s) in enumerate(zip(PROMPTS, SEEDS)):
+    for i, (p, s) in enumerate(zip(PROMPTS, SEEDS, strict=True)):
         alone = generate(model, p, seed=s, top_k=1, **kw)
         assert torch.equal(batch.tokens[i], alone.tokens[0]), (method, i)
         assert batch.stats.sequence_nfe[i] == alone.stats.sequence_nfe[0]

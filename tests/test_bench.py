@@ -1,19 +1,26 @@
 """The benchmark harness end to end on a tiny model; its figures are computed, not copied (and
 never asserted against a clock: timings depend on the machine)."""
 
+import hashlib
 import json
+import re
+import shutil
+from pathlib import Path
 
 import pytest
 import torch
 from click.testing import CliRunner
 
+import jacobigen
 from jacobigen.bench import run_bench, run_compiled_bench, summary_markdown, write_reports
 from jacobigen.cli import main
 from jacobigen.errors import JacobigenError
+from jacobigen.models import WEIGHTS, weights_provenance
 from jacobigen.pipeline import random_pipeline
-from jacobigen.threads import SMALL_MODEL, choose_threads, environment_line
+from jacobigen.threads import SMALL_MODEL, choose_threads, environment_line, git_commit
 
-MACHINE = {"threads", "omp_wait_policy", "torch", "device", "cpu", "loadavg_before", "loadavg_after"}
+MACHINE = {"threads", "omp_wait_policy", "torch", "device", "cpu", "loadavg_before", "loadavg_after",
+           "git_commit", "git_dirty", "model_spec", "weights"}   # every benchmark JSON records these
 
 
 def test_bench_cli_writes_outputs(tmp_path):
@@ -43,6 +50,7 @@ def test_bench_cli_writes_outputs(tmp_path):
         assert r["latency_speedup_vs_ar"] == pytest.approx(ar["wall"] / r["wall"])
         assert r["latency_speedup"] <= r["latency_speedup_vs_ar"] + 1e-12
     assert MACHINE <= set(data) and data["threads"] == 1 and data["warmup_seconds"] > 0
+    assert data["model_spec"] == "random" and data["weights"] == "random:seed=0"
     md = (tmp_path / "bench.md").read_text()
     assert "| CPU-time speedup |" in md and "| sjd | 4 |" in md and "| plain-ar | 1 | yes | 272.0 |" in md
     assert md.startswith(environment_line(data)) and "ar takes" in md
@@ -133,3 +141,17 @@ def test_bench_runs_method_variants_and_skips_what_cannot_fit(tmp_path):
 def test_bench_rejects_a_bad_variant():
     res = CliRunner().invoke(main, ["bench", "--model", "random", "--methods", "sjd-pac[tree_budget=lots]"])
     assert res.exit_code == 2 and "tree_budget" in res.output
+
+
+def test_provenance_names_the_code_and_the_weights():
+    """A benchmark JSON names the shipped weights by the sha256 of each file, and the commit of
+    the checkout it ran from (None outside one)."""
+    shipped = weights_provenance("default")
+    assert set(shipped) == {"ar.safetensors", "vq.safetensors"}
+    assert shipped["vq.safetensors"] == hashlib.sha256((WEIGHTS / "vq.safetensors").read_bytes()).hexdigest()
+    assert weights_provenance("random") == "random:seed=0"
+    git = git_commit()
+    checkout = (Path(jacobigen.__file__).resolve().parents[2] / ".git").exists() and shutil.which("git") is not None
+    assert (git["git_commit"] is not None) == checkout and git["git_dirty"] in ((True, False) if checkout else (None,))
+    if checkout:
+        assert re.fullmatch("[0-9a-f]{40}", git["git_commit"])

@@ -76,10 +76,10 @@ def test_tree_block_matches_paths():
         values = uni.values(cand_q)
         scores = uni.scores(values, ok)
 
-        def value(p):
+        def value(p, cand_q=cand_q):
             return float(torch.prod(torch.tensor([cand_q[0, t, r] for t, r in enumerate(p)])))
 
-        def worth(p):          # the least value among p and its prerequisites; spine: always in
+        def worth(p, ok=ok):   # the least value among p and its prerequisites; spine: always in
             if not any(p):
                 return float("inf")
             u = paths.index(p)

@@ -88,12 +88,13 @@ def test_prompts_as_arrays_and_tensors(model):
 def test_seeds_never_wrap(model, seed, message):
     with pytest.raises(ConfigError, match=message):
         generate(model, PROMPT, layout=LAYOUT, seed=seed)
-    with pytest.raises(ConfigError, match="past the largest seed"):
+    with pytest.raises(ConfigError, match="passes the largest seed"):
         generate(model, [PROMPT, PROMPT], layout=LAYOUT, seed=2**32 - 1)
 
 
 @pytest.mark.parametrize("kwargs,message", [
-    ({"window": 10**9}, r"window 1000000000 is longer than a block can use: the image has 273 tokens .* \(window <= 4369\)"),
+    ({"window": 10**9},
+     r"window 1000000000 is longer than a block can use: the image has 273 tokens .* \(window <= 4369\)"),
     ({"window": "8"}, "window must be an integer"),
     ({"batch_size": 0}, "batch_size must be an integer >= 1"),
     ({"cfg": float("nan"), "uncond": UNCOND}, "cfg scale must be a finite number, got nan"),

@@ -6,16 +6,25 @@ p < FAIL (measured p-values for mutants are below 1e-30).
 
 import pytest
 
-from jacobigen.api import make_decoder
-from jacobigen.exactness import PROMPT, UNCOND, exact_distribution, gof_pvalue, layout, sample, tiny_model
 from jacobigen import METHODS
+from jacobigen.api import make_decoder
 from jacobigen.drafters import Independent, VerificationPrior
+from jacobigen.exactness import PROMPT, UNCOND, exact_distribution, gof_pvalue, layout, sample, tiny_model
 from jacobigen.jacobi import Parts
 from jacobigen.sampling import SamplingConfig
 from jacobigen.tree import ProactiveTree
 from jacobigen.verifiers import Verifier
-from mutants import (CarryOldQ, MinimumAcceptance, NarrowSupport, PeekingTree, ResidualFromTarget,
-                     ResidualUnlessUnitMass, SiblingsWithReplacement, StaleQ, UnfusedQ)
+from mutants import (
+    CarryOldQ,
+    MinimumAcceptance,
+    NarrowSupport,
+    PeekingTree,
+    ResidualFromTarget,
+    ResidualUnlessUnitMass,
+    SiblingsWithReplacement,
+    StaleQ,
+    UnfusedQ,
+)
 
 N = 20_000
 PASS, FAIL = 1e-4, 1e-8

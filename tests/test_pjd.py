@@ -15,10 +15,10 @@ import torch
 from click.testing import CliRunner
 
 import jacobigen.pjd as pjd
-from jacobigen.exactness import PROMPT as TINY_PROMPT
-from jacobigen.exactness import exact_distribution, gof_pvalue, layout, sample, tiny_model, tv_distance
 from jacobigen import METHODS, ConfigError, generate
 from jacobigen.cli import main
+from jacobigen.exactness import PROMPT as TINY_PROMPT
+from jacobigen.exactness import exact_distribution, gof_pvalue, layout, sample, tiny_model, tv_distance
 from jacobigen.jacobi import JacobiDecoder
 from jacobigen.pjd import RowParallel
 from jacobigen.sampling import SamplingConfig

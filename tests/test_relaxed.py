@@ -9,8 +9,8 @@ bound 0.85. LANTERN (k = 8 capped at 2, delta = 0.1) measured 0.30, bound 0.40.
 import pytest
 import torch
 
-from jacobigen.exactness import exact_distribution, gof_pvalue, layout, sample, tiny_model, tv_distance
 from jacobigen import METHODS, generate
+from jacobigen.exactness import exact_distribution, gof_pvalue, layout, sample, tiny_model, tv_distance
 from jacobigen.relaxed import latent_neighbours
 from jacobigen.sampling import SamplingConfig
 from models import LAYOUT, PROMPT, random_model

@@ -14,10 +14,10 @@ import json
 
 import numpy as np
 import torch
-
 from common import DATA, WEIGHTS, add_cpu_args, load_split
-from jacobigen.model import load_transformer
 from train_ar import Batches, mean_code_ce
+
+from jacobigen.model import load_transformer
 
 
 def main() -> None:

@@ -36,7 +36,7 @@ def main() -> None:
     raw, target = [], []
     sampling = SamplingConfig(**pipe.defaults)
     with torch.inference_mode():
-        for text, toks in zip(prompts, gen.tokens):
+        for text, toks in zip(prompts, gen.tokens, strict=True):
             rows = [pipe.encode(text), pipe.uncond]
             logits = []
             for pre in rows:

@@ -13,9 +13,8 @@ import argparse
 import json
 
 import numpy as np
-from PIL import Image
-
 from common import DATA, WEIGHTS, load_images, load_split
+from PIL import Image
 
 COLUMNS = 16
 

@@ -11,8 +11,8 @@ import argparse
 
 import numpy as np
 import torch
-
 from common import DATA, WEIGHTS, load_images
+
 from jacobigen.vq import VQModel
 
 

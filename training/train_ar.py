@@ -20,8 +20,8 @@ from dataclasses import asdict
 import numpy as np
 import torch
 import torch.nn.functional as F
-
 from common import DATA, ROOT, WEIGHTS, Log, add_cpu_args, cosine_lr, load_split, save_atomic
+
 from jacobigen import embedded as E
 from jacobigen.model import Transformer, TransformerConfig, save_transformer
 

@@ -11,8 +11,8 @@ import time
 
 import torch
 import torch.nn.functional as F
-
 from common import ROOT, WEIGHTS, Log, add_cpu_args, cosine_lr, load_images, load_split, save_atomic
+
 from jacobigen.vq import VQConfig, VQModel, codebook_stats
 
 CKPT_DIR = ROOT / "checkpoints" / "vq"

@@ -44,11 +44,11 @@ except ImportError:   # not installed (e.g. a bare GPU machine): use the checkou
 import torch
 
 from jacobigen.costs import block_size
-from jacobigen.methods import split_variants
 from jacobigen.masks import block_mask, causal
+from jacobigen.methods import split_variants
 
-MIN_TRANSFORMERS = "5.24"
-REFERENCE_TREE = "sjd-pac[tree_budget=full,window=64]"   # the authors' 21-node tree in their 64-token block   # pyproject's families extra: the adapter's ``cache=`` keyword
+MIN_TRANSFORMERS = "5.24"   # pyproject's families extra: the adapter's ``cache=`` keyword
+REFERENCE_TREE = "sjd-pac[tree_budget=full,window=64]"   # the authors' 21-node tree in their 64-token block
 
 # Lumina-mGPT-7B is Chameleon-7B's architecture (qk-norm over (heads, head_dim) in every layer,
 # swin_norm off, no GQA). Lumina raises the context above Chameleon's 4096; only RoPE (computed on
@@ -271,8 +271,8 @@ def embedded_bench(out: Path, device: str, methods: str, windows: str, prompts: 
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=REPO)
     except subprocess.TimeoutExpired as e:
-        result.update(status="timeout", seconds=time.perf_counter() - t0,
-                      output_tail=((e.stdout or b"").decode() if isinstance(e.stdout, bytes) else (e.stdout or ""))[-2000:])
+        tail = (e.stdout or b"").decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
+        result.update(status="timeout", seconds=time.perf_counter() - t0, output_tail=tail[-2000:])
         return
     result.update(returncode=proc.returncode, seconds=time.perf_counter() - t0,
                   output_tail=(proc.stdout + proc.stderr)[-2000:])
@@ -478,7 +478,7 @@ def main(argv=None) -> dict:
             continue
         part(key, fn)
 
-    del model
+    model = None        # frees the big model before the embedded bench
     free_memory(device)
     if not args.skip_embedded:
         part("embedded", lambda res: embedded_bench(out, args.device, args.embedded_methods, args.embedded_windows,

@@ -9,8 +9,8 @@ jacobigen that take the most time by themselves (excluding the model's modules).
 from __future__ import annotations
 
 import argparse
-import cProfile
 import collections
+import cProfile
 import pstats
 import time
 

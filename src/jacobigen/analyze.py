@@ -21,9 +21,9 @@ from __future__ import annotations
 import json
 import statistics
 from collections import deque
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Callable
 
 import torch
 from tqdm.auto import tqdm
@@ -33,6 +33,8 @@ from .bench import encode
 from .drafters import Drafter, Slots
 from .methods import get_method
 from .sampling import SamplingConfig, target_probs
+from .stats import step_compression
+from .threads import environment, loadavg
 
 
 class DraftTrail(Drafter):
@@ -72,7 +74,7 @@ class DraftTrail(Drafter):
     @property
     def hamming(self) -> list[float | None]:
         """Share of drafts that changed, s = 1..steps iterations apart."""
-        return [c / n if n else None for c, n in zip(self.changed, self.compared)]
+        return [c / n if n else None for c, n in zip(self.changed, self.compared, strict=True)]
 
 
 def _sampling(options: dict) -> SamplingConfig:
@@ -117,7 +119,7 @@ def cfg_sweep(pipe, prompts, seeds, window: int, scales=(1.0, 2.0, 3.0, 5.0, 7.5
         for cfg in scales:
             nfe, _, _ = _decode(pipe, prompts, seeds, method, window, {"cfg": cfg})
             out.append({"method": method, "cfg": cfg, "nfe": statistics.mean(nfe),
-                        "step_compression": pipe.layout.length / statistics.mean(nfe)})
+                        "step_compression": step_compression(pipe.layout.length, statistics.mean(nfe))})
             tick()
     return out
 
@@ -167,7 +169,7 @@ def influence(pipe, prompts, seeds, perturbations: int = 16, window: int = 32,
             changed[1 + torch.arange(cells.numel()), free[cells]] = ids + (ids >= old)        # another id
             p = _targets(model, tokens, uncond, list(layout.header), changed, sampling, allowed)[:, free]
             tv = 0.5 * (p[1:] - p[:1]).abs().sum(-1)                                            # [P, cells]
-            for t, a in zip(tv, cells.tolist()):
+            for t, a in zip(tv, cells.tolist(), strict=True):
                 later = torch.arange(a + 1, free.numel())
                 by_distance[later - a] += t[later]
                 n_distance[later - a] += 1
@@ -198,11 +200,14 @@ def _targets(model, prompt, uncond, header, images: torch.Tensor, sampling: Samp
     return target_probs(torch.stack([logits(prompt), logits(uncond)], 1).flatten(0, 1), sampling, allowed)
 
 
-def run_all(pipe, prompts: list[str], seeds: list[int], window: int, out: Path, progress: bool = True) -> dict:
-    """Every measurement, its JSON and its figure under ``out``."""
+def run_all(pipe, prompts: list[str], seeds: list[int], window: int, out: Path, progress: bool = True,
+            model_spec: str | None = None) -> dict:
+    """Every measurement, its JSON and its figure under ``out``; each JSON also records the machine,
+    code and weights (:func:`~jacobigen.threads.environment`, given the ``--model`` spec ``model_spec``)."""
     from . import plots
 
     out.mkdir(parents=True, exist_ok=True)
+    machine = environment(pipe.model, model_spec)
     alphas, scales = (0.0, 0.25, 0.5, 0.75, 1.0), (1.0, 2.0, 3.0, 5.0, 7.5)
     images = len(prompts) * len(seeds)
     total = 2 * len(alphas) + 3 * len(scales) + 4 + images
@@ -213,8 +218,10 @@ def run_all(pipe, prompts: list[str], seeds: list[int], window: int, out: Path, 
             "accepted": accepted_lengths(pipe, prompts, seeds, window, tick=bar.update),
             "influence": influence(pipe, prompts, seeds, window=window, tick=bar.update),
         }
+    machine["loadavg_after"] = loadavg()
     settings = {"model": pipe.name, "prompts": prompts, "seeds": seeds, "window": window, **pipe.defaults}
     for name, data in results.items():
-        (out / f"{name}.json").write_text(json.dumps({"settings": settings, "data": data}, indent=1))
+        (out / f"{name}.json").write_text(json.dumps({"settings": settings, "environment": machine, "data": data},
+                                                    indent=1))
     plots.plot_analysis(results, pipe.name, out)
     return results

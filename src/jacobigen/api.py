@@ -6,15 +6,15 @@ from dataclasses import dataclass
 
 import torch
 
-from .checks import MAX_SEED, integer
+from .checks import MAX_SEED, image_seeds, integer
 from .contract import ImageModel
 from .errors import ConfigError
 from .jacobi import JacobiDecoder, Parts
 from .layout import ImageLayout
 from .methods import Method, get_method
 from .sampling import SamplingConfig
-from .tree import MAX_NODES
 from .stats import DecodeStats
+from .tree import MAX_NODES
 
 
 @dataclass
@@ -53,11 +53,7 @@ def _seeds(seed, n: int) -> list[int]:
     """One seed per sequence, each a 32-bit key of the counter-based generator (no silent wrap)."""
     if isinstance(seed, (list, tuple)) or getattr(seed, "ndim", 0) > 0:
         return [integer("seed", s, 0, MAX_SEED) for s in list(seed)]
-    first = integer("seed", seed, 0, MAX_SEED)
-    if first + n - 1 > MAX_SEED:
-        raise ConfigError(f"seed {first} gives sequence {n - 1} the seed {first + n - 1}, past the largest "
-                          f"seed {MAX_SEED}: choose a seed <= {MAX_SEED - n + 1}")
-    return [first + i for i in range(n)]
+    return image_seeds(seed, n, "sequence")
 
 
 def prompt_rows(prompt, seed: int | list[int], uncond, guided: bool) -> tuple[list[list[int]], list[int]]:
@@ -78,7 +74,7 @@ def prompt_rows(prompt, seed: int | list[int], uncond, guided: bool) -> tuple[li
         unconds = unconds * len(prompts)
     if len(unconds) != len(prompts):
         raise ConfigError(f"{len(unconds)} unconditional prompts for {len(prompts)} prompts")
-    return [r for pair in zip(prompts, unconds) for r in pair], seeds
+    return [r for pair in zip(prompts, unconds, strict=True) for r in pair], seeds
 
 
 def generate(model: ImageModel, prompt, *, layout: ImageLayout, method: str = "sjd", window: int = 32,

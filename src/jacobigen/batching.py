@@ -10,7 +10,7 @@ exactly what it would alone. The loop reads the device once per iteration (a few
 from __future__ import annotations
 
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 

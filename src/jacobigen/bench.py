@@ -23,6 +23,7 @@ from PIL import Image
 from tqdm.auto import tqdm
 
 from .api import generate
+from .checks import image_seeds
 from .contract import model_device
 from .costs import block_size, forward_cost_curve, predicted_seconds_per_image
 from .engine import sync
@@ -31,6 +32,7 @@ from .fid import features, frechet_distance
 from .methods import parse_variant
 from .pipeline import Pipeline
 from .plain_ar import plain_ar
+from .stats import step_compression
 from .threads import choose_threads, environment, environment_line, loadavg
 
 PLAIN = "plain-ar"
@@ -82,7 +84,7 @@ class Row:
     def overhead_share(self) -> float | None:
         return None if self.forward is None or not self.wall else 1 - self.forward / self.wall
 
-    def add(self, run: "Run") -> None:
+    def add(self, run: Run) -> None:
         n = self.runs
 
         def mean(old, new):
@@ -182,16 +184,17 @@ def choose_window(pipe: Pipeline, variant, prompt: str, seed: int, curve: dict[i
 
 
 def run_bench(pipe: Pipeline, methods: list[str], windows: list, prompts: list[str],
-              seeds: list[int], progress: bool = True, warmup: bool = True,
+              seeds: list[int], progress: bool = True, warmup: bool = True, model_spec: str | None = None,
               **sampling) -> tuple[list[Row], dict]:
     """Run ``ar``, the plain loop and every (method, window) on every (prompt, seed), interleaved so
     drift hits all alike, after one untimed warm-up run of each (kernels, tables, compilation).
 
     ``windows`` may contain "auto": the window is then chosen per method from the device's
     forward cost curve (measured here) and a pilot run. Returns the rows and the other data:
-    baselines, warm-up time, cost curve, machine and load average before and after.
+    baselines, warm-up time, cost curve, and the machine, code and weights (:func:`~jacobigen.threads.environment`,
+    given the ``--model`` spec ``model_spec``) with the load average before and after.
     """
-    extra: dict = {**environment(pipe.model), "loadavg_before": loadavg()}
+    extra: dict = environment(pipe.model, model_spec)
     specs = [parse_variant(m) for m in dict.fromkeys(["ar", *methods]) if m != PLAIN]
     fixed = [w for w in windows if w != "auto"]
     configs = [("ar", 1, False, True), (PLAIN, 1, False, True)]
@@ -225,7 +228,7 @@ def run_bench(pipe: Pipeline, methods: list[str], windows: list, prompts: list[s
     ar, plain = rows["ar", 1, False], rows[PLAIN, 1, False]
     by_wall, by_cpu = min(ar, plain, key=lambda r: r.wall), min(ar, plain, key=lambda r: r.cpu)
     for r in rows.values():
-        r.step_compression = ar.nfe / r.nfe
+        r.step_compression = step_compression(ar.nfe, r.nfe)
         r.latency_speedup = by_wall.wall / r.wall
         r.cpu_speedup = by_cpu.cpu / r.cpu
         r.latency_speedup_vs_ar = ar.wall / r.wall
@@ -319,8 +322,8 @@ class FidReference:
         else:
             prompts = (pipe.example_prompts * n)[:n]
             source = "example prompts; FID vs data skipped: the model ships no held-out images"
-        seeds = list(range(n))
-        ar = features(sample_images(pipe, "ar", 1, prompts, [n + s for s in seeds], **sampling))
+        seeds = image_seeds(0, n)
+        ar = features(sample_images(pipe, "ar", 1, prompts, image_seeds(n, n), **sampling))     # disjoint seeds
         return cls(pipe, prompts, seeds, ar, data, source, sampling)
 
     def score(self, method: str, window: int, **options) -> tuple[float, float | None]:

@@ -41,9 +41,9 @@ class KVCache:
         self.values[layer].scatter_(2, self._index, v.to(self.values[layer].dtype))
         return self.keys[layer], self.values[layer]
 
-    def assign(self, rows: torch.Tensor, other: "KVCache") -> None:
+    def assign(self, rows: torch.Tensor, other: KVCache) -> None:
         """Rows ``rows`` take over ``other``'s rows (same capacity): a new sequence joins the batch."""
-        for mine, theirs in zip((*self.keys, *self.values), (*other.keys, *other.values)):
+        for mine, theirs in zip((*self.keys, *self.values), (*other.keys, *other.values), strict=True):
             mine[rows] = theirs
         self.lengths[rows] = other.lengths
 

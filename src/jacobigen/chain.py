@@ -11,8 +11,6 @@ chain is verified exactly; the accepted path and the sampled token are committed
 
 from __future__ import annotations
 
-import functools
-
 import torch
 
 from .drafters import Slots
@@ -34,6 +32,7 @@ class Chain:
         self.arange_w = torch.arange(w, device=device)
         self.depths = torch.arange(w + 1, device=device)
         self.positions = torch.arange(self.length, device=device)
+        self._empty: dict = {}        # _no_slots, _no_tree: (kind, rows) -> empty tensors
         self.band: BandMask | None = None
 
     @property
@@ -55,6 +54,7 @@ class Chain:
 
     def start(self, rows: int, vocab: int, cache) -> None:
         w, dev = self.drafts, self.device
+        self._empty = {}
         self.band = BandMask(causal(self.size, dev), cache.capacity)
         self.p = torch.zeros(rows, w + 1, vocab, device=dev)        # spine targets of the last forward
         self.tokens = torch.zeros(rows, w, dtype=torch.int64, device=dev)
@@ -96,16 +96,20 @@ class Chain:
         return Slots(positions, belief, has_p, self.tokens.gather(1, jo), gather_rows(self.q, jo), (j < w) & live,
                      support)
 
-    @functools.lru_cache(maxsize=8)
     def _no_slots(self, b: int) -> Slots:
-        empty = torch.zeros(b, 0, dtype=torch.int64, device=self.device)
-        q = torch.zeros(b, 0, self.q.shape[-1], device=self.device)
-        return Slots(empty, q, empty.bool(), empty, q, empty.bool())
+        """Empty slots for b rows, made once per start (a per-instance cache: lru_cache on a method
+        would keep every finished schedule and its buffers alive)."""
+        if ("slots", b) not in self._empty:
+            empty = torch.zeros(b, 0, dtype=torch.int64, device=self.device)
+            q = torch.zeros(b, 0, self.q.shape[-1], device=self.device)
+            self._empty["slots", b] = Slots(empty, q, empty.bool(), empty, q, empty.bool())
+        return self._empty["slots", b]
 
-    @functools.lru_cache(maxsize=8)
     def _no_tree(self, b: int) -> tuple[torch.Tensor, torch.Tensor]:
-        none = torch.zeros(b, 0, 1, dtype=torch.int64, device=self.device)
-        return none, none.bool()
+        if ("tree", b) not in self._empty:
+            none = torch.zeros(b, 0, 1, dtype=torch.int64, device=self.device)
+            self._empty["tree", b] = none, none.bool()
+        return self._empty["tree", b]
 
     def segments(self, fl: Flight, slots: Slots, tokens: torch.Tensor, q: torch.Tensor) -> Segments:
         self.tokens, self.q = tokens, q

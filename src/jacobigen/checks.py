@@ -50,6 +50,16 @@ def number(name: str, value, lo: float | None = None, hi: float | None = None, l
 MAX_SEED = 2**32 - 1     # seeds are 32-bit keys of the counter-based generator (rng.py)
 
 
+def image_seeds(seed, n: int, what: str = "image") -> list[int]:
+    """The one seeding rule of the API and every command: image (sequence) i of a run gets the seed
+    ``seed + i``. Every seed must be a 32-bit key, so none wraps silently."""
+    first = integer("seed", seed, 0, MAX_SEED)
+    if first + n - 1 > MAX_SEED:
+        raise ConfigError(f"seed {first} with {n} {what}(s) ({what} i gets seed + i) passes the largest seed "
+                          f"{MAX_SEED}: use a seed <= {MAX_SEED - n + 1}")
+    return [first + i for i in range(n)]
+
+
 def parse_options(pairs) -> dict:
     """``key=value`` texts to options (``-`` in keys read as ``_``); values parsed as JSON where they
     parse (numbers, booleans), else kept as text. The part that owns an option checks its type."""

@@ -16,7 +16,7 @@ from pathlib import Path
 import click
 
 from . import embedded as E
-from .checks import MAX_SEED, number, parse_options
+from .checks import MAX_SEED, image_seeds, number, parse_options
 from .errors import ConfigError, JacobigenError, PromptWarning
 from .files import atomic_write, check_writable, read_prompts
 
@@ -123,10 +123,12 @@ def options_of(pairs: tuple[str, ...]) -> dict:
     return options
 
 
-def check_seeds(seed: int, n: int) -> None:
-    if seed + n - 1 > MAX_SEED:
-        raise click.BadParameter(f"{seed} with {n} image(s) (image i gets seed + i) passes the largest seed "
-                                 f"{MAX_SEED}: use a seed <= {MAX_SEED - n + 1}", param_hint="--seed")
+def check_seeds(seed: int, n: int) -> list[int]:
+    """The seeds of ``n`` images from --seed, checked before any work (image i gets seed + i)."""
+    try:
+        return image_seeds(seed, n)
+    except ConfigError as e:
+        raise click.BadParameter(str(e), param_hint="--seed") from e
 
 
 def check_method(method: str, window: int, options: dict) -> None:
@@ -276,8 +278,8 @@ def _generate_sheet(prompts, model, num_images, seed, out, fmt, size, stats_path
     beside ``out`` with ``trace``); ``model`` is (spec, device, trust_checkpoint)."""
     pipe = _load(*model[:2], threads, model[2])
     texts = [p for p in prompts for _ in range(num_images)]
-    gen, images = pipe.generate(texts, seed=[seed + i for i in range(len(texts))], progress=progress,
-                                **gen_options)
+    seeds = image_seeds(seed, len(texts))
+    gen, images = pipe.generate(texts, seed=seeds, progress=progress, **gen_options)
     buf = io.BytesIO()
     image_grid(images, size).save(buf, format=fmt)
     atomic_write(out, buf.getvalue())
@@ -288,7 +290,7 @@ def _generate_sheet(prompts, model, num_images, seed, out, fmt, size, stats_path
     window = gen_options["window"] if gen.method.window is None else gen.method.window
     click.echo(f"method: {gen.method.name} ({kind}), window {window}")
     click.echo(f"NFE: {s.nfe} forward passes for {len(texts)} image(s); per image {per_seq:.1f} vs "
-               f"{ar_nfe} for AR -> step compression {ar_nfe / per_seq:.2f}x")
+               f"{ar_nfe} for AR -> step compression {s.step_compression(ar_nfe):.2f}x")
     split = "" if s.forward_time is None else \
         f" (model forward {s.forward_time:.2f} s, other {s.overhead_time:.2f} s)"
     click.echo(f"wall time: {s.wall_time:.2f} s{split}")
@@ -303,7 +305,7 @@ def _generate_sheet(prompts, model, num_images, seed, out, fmt, size, stats_path
         from .plots import plot_acceptance
 
         trace_path = out.with_name(out.stem + ".trace.png")
-        titles = [f"{t} (seed {seed + i}): {n} passes" for i, (t, n) in enumerate(zip(texts, s.sequence_nfe))]
+        titles = [f"{t} (seed {sd}): {n} passes" for t, sd, n in zip(texts, seeds, s.sequence_nfe, strict=True)]
         plot_acceptance(list(pipe.layout.grid(s.when)), titles, trace_path)
         click.echo(f"wrote {trace_path}")
 
@@ -429,7 +431,7 @@ def bench(model_spec, device, method_names, windows, n_prompts, n_seeds, n_fid, 
 
         network()  # fail before the timing runs when the eval extra is missing
     results = run_settings(pipe, thread_counts or [None], use_compile, method_names, windows, prompts,
-                           list(range(n_seeds)))
+                           image_seeds(0, n_seeds), model_spec=model_spec)
     if n_fid:  # image quality does not depend on threads or compilation: the first setting gets it
         rows, extra = next(iter(results.values()))
         extra.update(run_fid(pipe, rows, n_fid))
@@ -465,7 +467,7 @@ def throughput(model_spec, device, method_names, batch_sizes, n_images, window, 
         raise click.BadParameter("batch sizes must be >= 1", param_hint="--batch")
     check_writable(out_dir, "--out", folder=True)
     pipe = _load(model_spec, device, threads, trust_checkpoint)
-    rows, info = run_throughput(pipe, method_names, batch_sizes, n_images, window, repeats)
+    rows, info = run_throughput(pipe, method_names, batch_sizes, n_images, window, repeats, model_spec=model_spec)
     write_report(rows, info, out_dir, {"model": pipe.name, "sampling": pipe.defaults, "window": window})
     click.echo(markdown(rows, info))
     click.echo(f"wrote {out_dir}/: throughput.json, throughput.md, throughput.png")
@@ -492,7 +494,7 @@ def analyze(model_spec, device, prompt_texts, n_seeds, window, out_dir, progress
     check_writable(out_dir, "--out", folder=True)
     pipe = _load(model_spec, device, threads, trust_checkpoint)
     prompts = list(prompt_texts) or pipe.example_prompts[:2]
-    run_all(pipe, prompts, list(range(n_seeds)), window, out_dir, progress)
+    run_all(pipe, prompts, image_seeds(0, n_seeds), window, out_dir, progress, model_spec=model_spec)
     click.echo(f"wrote {out_dir}/: alpha, hamming, cfg, accepted, influence (.png and .json)")
 
 

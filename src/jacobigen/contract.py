@@ -8,7 +8,8 @@ cache rule) on a real forward, for the shared test every family runs (``tests/te
 
 from __future__ import annotations
 
-from typing import Iterator, Protocol
+from collections.abc import Iterator
+from typing import Protocol
 
 import torch
 
@@ -54,6 +55,11 @@ class ImageModel(Protocol):
                  mask: torch.Tensor | None = None, cache: KVCache | None = None) -> torch.Tensor: ...
 
     def parameters(self) -> Iterator[torch.nn.Parameter]: ...
+
+
+def default_device() -> str:
+    """The device a model loads on when none is named: CUDA when available, else the CPU."""
+    return "cuda" if torch.cuda.is_available() else "cpu"
 
 
 def model_device(model: ImageModel) -> torch.device:

@@ -7,6 +7,7 @@ many tokens an iteration commits, the device what a block of that size costs.
 
 from __future__ import annotations
 
+import itertools
 import statistics
 import time
 
@@ -45,7 +46,7 @@ def interpolate(curve: dict[int, float], size: int) -> float:
     xs = sorted(curve)
     if size <= xs[0]:
         return curve[xs[0]]
-    for a, b in zip(xs, xs[1:]):
+    for a, b in itertools.pairwise(xs):
         if size <= b:
             return curve[a] + (curve[b] - curve[a]) * (size - a) / (b - a)
     a, b = xs[-2], xs[-1]

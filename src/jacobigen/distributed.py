@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import socket
-from typing import Callable
+from collections.abc import Callable
 
 from .errors import ClusterError, ConfigError
 from .jobs import Job, Outputs, chunks, render
@@ -109,7 +109,7 @@ def run_ray(model_spec: str, jobs: list[Job], outputs: Outputs, *, workers: int 
             except ray.exceptions.RayError as e:
                 raise ClusterError(f"a worker failed {RETRIES + 1} times on {part[0].name}..: {e}; "
                                   "finished images are kept, rerun to resume") from e
-            for job, (png, record) in zip(part, results):
+            for job, (png, record) in zip(part, results, strict=True):
                 outputs.write(job, png, record)
                 seen.add(record["worker_pid"])
                 if on_result:

@@ -14,7 +14,7 @@ class Draws:
     seeds: torch.Tensor       # [B] one seed per sequence
     iteration: torch.Tensor   # [B] iterations this sequence has run
 
-    def repeat(self, n: int) -> "Draws":
+    def repeat(self, n: int) -> Draws:
         """The same sequences' draws for n chains per sequence (rows b*n .. b*n + n-1)."""
         if n == 1:
             return self

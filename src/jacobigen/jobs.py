@@ -14,16 +14,17 @@ from __future__ import annotations
 import io
 import json
 import os
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Callable, Iterable
 
 from PIL import Image
 
-from .checks import MAX_SEED
-from .errors import ConfigError
+from .checks import image_seeds
 from .files import atomic_write, check_writable, sweep_temporaries
 from .pipeline import Pipeline
+from .stats import step_compression
+
 
 @dataclass(frozen=True)
 class Job:
@@ -39,10 +40,7 @@ class Job:
 def plan(prompts: list[str], num_images: int = 1, seed: int = 0) -> list[Job]:
     """Job i is image i: prompts in order, ``num_images`` each, seed ``seed + i``."""
     texts = [p for p in prompts for _ in range(num_images)]
-    if texts and not 0 <= seed <= MAX_SEED - len(texts) + 1:
-        raise ConfigError(f"seed {seed} for {len(texts)} image(s) (image i gets seed + i) leaves [0, {MAX_SEED}]: "
-                          f"choose a seed in [0, {MAX_SEED - len(texts) + 1}]")
-    return [Job(i, p, seed + i) for i, p in enumerate(texts)]
+    return [Job(i, p, s) for i, (p, s) in enumerate(zip(texts, image_seeds(seed, len(texts)), strict=True))]
 
 
 def chunks(jobs: list[Job], size: int) -> list[list[Job]]:
@@ -112,7 +110,7 @@ class Outputs:
         rate = made / wall_time if wall_time else 0.0
         summary = {"images": len(recs), "missing": len(jobs) - len(recs),
                    "forward_passes_per_image": nfe / max(len(recs), 1),
-                   "step_compression": ar / nfe if nfe else 0.0,
+                   "step_compression": step_compression(ar, nfe),
                    "methods": sorted({r["method"] for r in recs}),
                    "images_made": made, "wall_time": wall_time, "images_per_second": rate,
                    "image_tokens_per_second": rate * per_image, **run}
@@ -126,7 +124,7 @@ def render(pipe: Pipeline, jobs: list[Job], batch_size: int | None = None, **opt
                                 batch_size=batch_size, **options)
     s = gen.stats
     out = []
-    for job, img, nfe in zip(jobs, images, s.sequence_nfe):
+    for job, img, nfe in zip(jobs, images, s.sequence_nfe, strict=True):
         buf = io.BytesIO()
         img.save(buf, format="PNG")
         out.append((buf.getvalue(), {**asdict(job), "method": gen.method.name, "lossless": gen.method.lossless,
@@ -141,7 +139,7 @@ def run_local(pipe: Pipeline, jobs: list[Job], outputs: Outputs, batch_size: int
               on_result: Callable[[Job, dict], None] | None = None, **options) -> None:
     """Render the pending jobs in this process, ``chunk`` jobs per decode call."""
     for part in chunks(outputs.pending(jobs), chunk):
-        for job, (png, record) in zip(part, render(pipe, part, batch_size, **options)):
+        for job, (png, record) in zip(part, render(pipe, part, batch_size, **options), strict=True):
             outputs.write(job, png, record)
             if on_result:
                 on_result(job, record)

@@ -11,6 +11,7 @@ import torch
 from PIL import Image
 
 from . import embedded as E
+from .contract import default_device
 from .errors import ConfigError
 from .layout import ImageLayout
 from .model import load_transformer
@@ -55,7 +56,7 @@ def resolve_device(device: str | None) -> str:
     """``device`` checked against this machine (the same error for every model); None: CUDA when
     available, else the CPU."""
     if device is None:
-        return "cuda" if torch.cuda.is_available() else "cpu"
+        return default_device()
     try:
         dev = torch.device(device)
     except (RuntimeError, TypeError):
@@ -63,9 +64,9 @@ def resolve_device(device: str | None) -> str:
     if dev.type == "cuda":
         count = torch.cuda.device_count() if torch.cuda.is_available() else 0
         if count == 0:
+            why = "built without CUDA" if torch.version.cuda is None else "no GPU"
             raise ConfigError(f"--device {device}: CUDA is not available on this machine (torch "
-                              f"{torch.__version__}, {'built without CUDA' if torch.version.cuda is None else 'no GPU'}); "
-                              f"use --device cpu")
+                              f"{torch.__version__}, {why}); use --device cpu")
         if (dev.index or 0) >= count:
             raise ConfigError(f"--device {device}: this machine has {count} CUDA device(s), cuda:0..cuda:{count - 1}")
     elif dev.type == "mps" and not torch.backends.mps.is_available():
@@ -87,6 +88,15 @@ def weights_id(spec: str) -> str:
     if spec == "random":
         return "random:seed=0"
     return spec
+
+
+@functools.lru_cache(maxsize=4)
+def weights_provenance(spec: str) -> dict[str, str] | str:
+    """What a benchmark records as the weights it ran: for the shipped model the sha256 of each
+    weights file, else :func:`weights_id` (the random model's seed, or the spec of a checkpoint)."""
+    if spec in ("default", "emoji"):
+        return {f.name: hashlib.sha256(f.read_bytes()).hexdigest() for f in sorted(WEIGHTS.glob("*.safetensors"))}
+    return weights_id(spec)
 
 
 def load_pipeline(spec: str = "default", device: str | None = None, trust_checkpoint: bool = False) -> Pipeline:

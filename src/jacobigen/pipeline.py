@@ -7,8 +7,8 @@ unconditional prompt for CFG, VQ decoder, recommended sampling) lives in a :clas
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import numpy as np
 import torch
@@ -19,7 +19,6 @@ from .contract import ImageModel
 from .errors import ConfigError, PromptWarning
 from .layout import ImageLayout
 from .model import Transformer, TransformerConfig
-
 
 PROMPT_BYTES = 48     # the random model's prompt bytes, as the embedded model's
 

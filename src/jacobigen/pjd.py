@@ -208,7 +208,8 @@ class Rows:
 
     def select(self, rows: torch.Tensor) -> None:
         group = self.slot_pos.shape[0] // self.cnt.shape[0]
-        self.cnt, self.uncached, self.slot_pos = self.cnt[rows], self.uncached[rows], self.slot_pos[model_rows(rows, group)]
+        self.cnt, self.uncached = self.cnt[rows], self.uncached[rows]
+        self.slot_pos = self.slot_pos[model_rows(rows, group)]
         m = self.memory
         self.memory = Memory(m.base[rows], m.window[rows], m.cnt[rows], m.w[rows], m.p[rows], m.tokens[rows],
                              m.q[rows])

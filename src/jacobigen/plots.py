@@ -16,7 +16,7 @@ def plot_fid_vs_speed(panels: dict[str, list[tuple[str, float, float, bool]]], n
     """FID vs ar (y) against speed figures (x, one panel per figure name) for (label, speed, fid,
     lossless) points, with the ar-vs-ar noise level as a horizontal line."""
     fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 4.5), sharey=True, squeeze=False)
-    for ax, (xlabel, points) in zip(axes[0], panels.items()):
+    for ax, (xlabel, points) in zip(axes[0], panels.items(), strict=True):
         for lossless, style in [(True, dict(marker="o", color="tab:blue", label="lossless")),
                                 (False, dict(marker="x", color="tab:red", label="lossy"))]:
             sel = [p for p in points if p[3] == lossless]
@@ -48,9 +48,9 @@ def plot_bench(rows, cost_curve: dict | None, out_dir: Path, fid: dict | None = 
     for i, w in enumerate(windows):
         sel = {r.method: r for r in fixed if r.window == w}
         xs = [j + i * width for j in range(len(methods))]
-        for ax, (attr, _) in zip(axes, panels):
+        for ax, (attr, _) in zip(axes, panels, strict=True):
             ax.bar(xs, [getattr(sel[m], attr) if m in sel else 0 for m in methods], width, label=f"window {w}")
-    for ax, (_, title) in zip(axes, panels):
+    for ax, (_, title) in zip(axes, panels, strict=True):
         ax.set_xticks([j + 0.4 - width / 2 for j in range(len(methods))], methods, rotation=45, ha="right")
         ax.axhline(1, color="grey", lw=0.8)
         ax.set_title(title)
@@ -62,7 +62,7 @@ def plot_bench(rows, cost_curve: dict | None, out_dir: Path, fid: dict | None = 
     biggest = [r for r in fixed if r.window == max(windows)] if windows else []
     if biggest:
         fig, axes = plt.subplots(1, len(biggest), figsize=(3 * len(biggest), 3), sharey=True, squeeze=False)
-        for ax, r in zip(axes[0], biggest):
+        for ax, r in zip(axes[0], biggest, strict=True):
             total = sum(r.histogram.values())
             ks = sorted(int(k) for k in r.histogram)
             ax.bar(ks, [r.histogram[k] / total for k in ks])
@@ -76,7 +76,7 @@ def plot_bench(rows, cost_curve: dict | None, out_dir: Path, fid: dict | None = 
     fig, ax = plt.subplots(figsize=(6, 4))
     for m in methods:
         pts = sorted((r.window, r.step_compression) for r in fixed if r.method == m)
-        ax.plot(*zip(*pts), marker="o", label=m)
+        ax.plot(*zip(*pts, strict=True), marker="o", label=m)
     ax.set_xlabel("window")
     ax.set_ylabel("step compression")
     ax.legend(fontsize=7)
@@ -119,7 +119,7 @@ def plot_throughput(rows: list[dict], path: Path) -> None:
     fig, ax = plt.subplots(figsize=(6, 4))
     for m in dict.fromkeys(r["method"] for r in rows):
         pts = sorted((r["batch_size"], r["images_per_second"]) for r in rows if r["method"] == m)
-        ax.plot(*zip(*pts), marker="o", label=m)
+        ax.plot(*zip(*pts, strict=True), marker="o", label=m)
     _save_log2(fig, ax, "batch size (images decoded together)", "images / s", path)
 
 
@@ -154,7 +154,7 @@ def plot_acceptance(grids, titles: list[str], path: Path) -> None:
     one token, AR's pace), and the tokens per iteration."""
     n = len(grids)
     fig, axes = plt.subplots(3, n, figsize=(3.2 * n, 7.2), squeeze=False, gridspec_kw={"height_ratios": [3, 3, 1]})
-    for (first, runs, strip), grid, title in zip(axes.T, grids, titles):
+    for (first, runs, strip), grid, title in zip(axes.T, grids, titles, strict=True):
         grid = grid.cpu()
         per_iteration = grid.flatten().bincount()
         for ax, values, label, cmap in [(first, grid, "iteration", "viridis"),

@@ -21,7 +21,7 @@ from .mrs import accepts, residual
 from .verifiers import Verifier
 
 MAX_NEIGHBOURS = 256    # a [vocab, k] id table per (model, k)
-_NEIGHBOURS: "weakref.WeakKeyDictionary[object, dict]" = weakref.WeakKeyDictionary()
+_NEIGHBOURS: weakref.WeakKeyDictionary[object, dict] = weakref.WeakKeyDictionary()
 
 
 def _latents(model) -> torch.Tensor:

@@ -13,7 +13,6 @@ import torch
 
 from .checks import integer, number
 
-
 # temperature and top-p act within float32's normal range: below it one would round to 0 (greedy
 # either way), above it to inf (uniform either way), and either would turn a probability into NaN
 _TINY, _HUGE = torch.finfo(torch.float32).tiny, torch.finfo(torch.float32).max

@@ -7,6 +7,13 @@ from dataclasses import dataclass, field
 import torch
 
 
+def step_compression(ar_nfe: float, nfe: float) -> float:
+    """The one definition of step compression: AR's forward passes over a method's, for the same
+    images (both per image, or both summed over the images); 0 when nothing ran. AR takes one
+    pass per generated token (``layout.length``, the first from the prefill)."""
+    return ar_nfe / nfe if nfe else 0.0
+
+
 @dataclass
 class DecodeStats:
     """Counts for one decode call of B sequences.
@@ -33,7 +40,7 @@ class DecodeStats:
     _pending: list = field(default_factory=list, repr=False, compare=False)
 
     @classmethod
-    def start(cls, batch: int) -> "DecodeStats":
+    def start(cls, batch: int) -> DecodeStats:
         return cls(batch=batch, sequence_nfe=[0] * batch)
 
     def admit(self, sequences: list[int]) -> None:
@@ -50,7 +57,7 @@ class DecodeStats:
 
     def finish(self, nfe: int, wall: float, forward: float | None) -> None:
         if self._pending:
-            seq, step, nodes, siblings = (torch.cat(x) for x in zip(*self._pending))
+            seq, step, nodes, siblings = (torch.cat(x) for x in zip(*self._pending, strict=True))
             active = seq >= 0
             for s in seq[active].tolist():
                 self.sequence_nfe[s] += 1
@@ -83,6 +90,10 @@ class DecodeStats:
     def tokens_per_node(self) -> float:
         """Accepted tokens per evaluated block node (the sampled token of each iteration included)."""
         return sum(self.committed) / max(sum(self.nodes), 1)
+
+    def step_compression(self, ar_nfe: float) -> float:
+        """:func:`step_compression` of these sequences, ``ar_nfe`` being AR's passes per sequence."""
+        return step_compression(ar_nfe * len(self.sequence_nfe), sum(self.sequence_nfe))
 
     def histogram(self) -> dict[int, int]:
         """Iterations by number of tokens they committed."""

@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import os
 import platform
+import subprocess
 import sys
+from pathlib import Path
 
 SMALL_MODEL = 50_000_000   # parameters below which a CPU forward runs on one thread by default
 _DEFAULT_THREADS: int | None = None
@@ -69,14 +71,41 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-def environment(model) -> dict:
-    """What a timing on this machine depends on: threads, OpenMP wait policy, torch, device, CPU."""
+def git_commit() -> dict:
+    """The commit of the git checkout this package runs from (``git_commit``) and whether tracked
+    files differ from it (``git_dirty``); both None outside a checkout (an installed wheel) or
+    without git."""
+    here = Path(__file__).resolve().parent
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", str(here), *args], capture_output=True, text=True, timeout=10,
+                              check=True).stdout.strip()
+    try:
+        if Path(git("rev-parse", "--show-toplevel")).resolve() / "src" / "jacobigen" == here:
+            return {"git_commit": git("rev-parse", "HEAD"),
+                    "git_dirty": bool(git("status", "--porcelain", "--untracked-files=no"))}
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return {"git_commit": None, "git_dirty": None}
+
+
+def environment(model, model_spec: str | None = None) -> dict:
+    """What a run on this machine depends on and where it came from, for every benchmark's JSON:
+    threads, OpenMP wait policy, torch, device, CPU, the load average now (``loadavg_before``; the
+    caller adds ``loadavg_after``), the git commit of this checkout and, given the ``--model``
+    spec, the weights (:func:`jacobigen.models.weights_provenance`: sha256 of each shipped file)."""
     import torch
 
     from .contract import model_device
 
+    weights = None
+    if model_spec is not None:
+        from .models import weights_provenance
+
+        weights = weights_provenance(model_spec)
     return {"threads": torch.get_num_threads(), "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "unset"),
-            "torch": torch.__version__, "device": str(model_device(model)), "cpu": cpu_model()}
+            "torch": torch.__version__, "device": str(model_device(model)), "cpu": cpu_model(),
+            "loadavg_before": loadavg(), **git_commit(), "model_spec": model_spec, "weights": weights}
 
 
 def loadavg() -> list[float] | None:

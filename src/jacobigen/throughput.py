@@ -13,19 +13,22 @@ from pathlib import Path
 from tqdm.auto import tqdm
 
 from .bench import pct
+from .checks import image_seeds
 from .methods import get_method
 from .pipeline import Pipeline
 from .threads import environment, environment_line, loadavg
 
 
 def run_throughput(pipe: Pipeline, methods: list[str], batch_sizes: list[int], n_images: int,
-                   window: int, repeats: int = 1, progress: bool = True, **sampling) -> tuple[list[dict], dict]:
+                   window: int, repeats: int = 1, progress: bool = True, model_spec: str | None = None,
+                   **sampling) -> tuple[list[dict], dict]:
     """Decode ``n_images`` images (example prompts, seeds 0..n-1) for every (method, batch size),
     ``repeats`` times, interleaved; report the fastest run of each. Returns the rows and the
-    machine (threads, torch, device, CPU) with the load average before and after."""
-    info = {**environment(pipe.model), "loadavg_before": loadavg()}
+    machine, code and weights (:func:`~jacobigen.threads.environment`, given the ``--model`` spec
+    ``model_spec``) with the load average before and after."""
+    info = environment(pipe.model, model_spec)
     prompts = (pipe.example_prompts * n_images)[:n_images]
-    seeds = list(range(n_images))
+    seeds = image_seeds(0, n_images)
     image_tokens = pipe.layout.rows * pipe.layout.cols
     for m in methods:                        # warm-up: one-time costs (kernels, neighbour tables)
         get_method(m)
@@ -41,7 +44,7 @@ def run_throughput(pipe: Pipeline, methods: list[str], batch_sizes: list[int], n
                           "images_per_second": n_images / s.wall_time,
                           "tokens_per_second": n_images * image_tokens / s.wall_time,
                           "forward_passes": s.nfe,
-                          "step_compression": n_images * pipe.layout.length / sum(s.sequence_nfe),
+                          "step_compression": s.step_compression(pipe.layout.length),
                           "overhead_share": None if s.overhead_time is None else s.overhead_time / s.wall_time}
     info["loadavg_after"] = loadavg()
     return [best[m, b] for m in methods for b in batch_sizes], info

@@ -29,6 +29,7 @@ puts them after its drafts.
 from __future__ import annotations
 
 import functools
+import itertools
 from dataclasses import dataclass
 
 import torch
@@ -36,7 +37,6 @@ import torch
 from .draws import Draws
 from .errors import ConfigError
 from .rng import Stream
-
 
 MAX_NODES = 4096     # universe nodes: built as Python lists once per (depth, width), then as tensors
 
@@ -144,7 +144,7 @@ class Universe:
         # child[u + 1, r]: universe index of node u's rank-r child (row 0: the root), -1 past the last level
         child = [[r for r in range(width)]] + [
             [self.starts[t] + (u - self.starts[t - 1]) * width + r if t < levels else -1 for r in range(width)]
-            for u, t in zip(range(size), level)]
+            for u, t in zip(range(size), level, strict=True)]
         self.level = torch.tensor(level, dtype=torch.int64, device=device)
         self.rank = torch.tensor(rank, dtype=torch.int64, device=device)
         self.parent = torch.tensor(parent, dtype=torch.int64, device=device)
@@ -240,7 +240,7 @@ def select(uni: Universe, ranking: Ranking, count: torch.Tensor, spine: torch.Te
     index = torch.where(chosen, spine[:, None] + chosen.long().cumsum(1), -1)
     index = torch.where(uni.spine, uni.level, index)
     used = ((index >= 0) * (uni.rank + 1)).amax(0)
-    ranks = torch.stack([used[a:b].max() for a, b in zip(uni.starts, uni.starts[1:])]).tolist()
+    ranks = torch.stack([used[a:b].max() for a, b in itertools.pairwise(uni.starts)]).tolist()
     return TreeNodes(uni, index, spine, ranks)
 
 

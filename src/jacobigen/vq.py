@@ -33,7 +33,7 @@ class VQConfig:
         return self.image_size // 2 ** (len(self.channels) - 1)
 
     @classmethod
-    def from_dict(cls, d: dict) -> "VQConfig":
+    def from_dict(cls, d: dict) -> VQConfig:
         d = dict(d)
         for k in ("channels", "res_blocks", "dec_res_blocks"):
             if k in d:
@@ -186,7 +186,7 @@ class VQModel(nn.Module):
                                                 "format": "jacobigen-vq-1"})
 
     @classmethod
-    def load(cls, path: str | Path, device: str | torch.device = "cpu") -> "VQModel":
+    def load(cls, path: str | Path, device: str | torch.device = "cpu") -> VQModel:
         from safetensors import safe_open
 
         path = Path(path)

@@ -24,7 +24,7 @@ def load_family(family: str, path: str, device: str | None = None, trust_checkpo
     ``device`` None: the GPU when there is one. ``path`` may end in ``?size=512`` (image side in
     pixels, for the families whose resolution is a choice or not stored: chameleon, emu3, llamagen).
     ``trust_checkpoint`` lets pickled checkpoints that hold Python objects load (they can run code)."""
-    import torch
+    from ..contract import default_device
 
     name = FAMILIES.get(family.lower())
     if name is None:
@@ -40,7 +40,7 @@ def load_family(family: str, path: str, device: str | None = None, trust_checkpo
     options = model_options(family, query, inspect.signature(load).parameters)
     if "trust_checkpoint" in inspect.signature(load).parameters:   # families that unpickle anything
         options["trust_checkpoint"] = trust_checkpoint
-    return load(path, device or ("cuda" if torch.cuda.is_available() else "cpu"), **options)
+    return load(path, device or default_device(), **options)
 
 
 def model_options(family: str, query: str, accepted) -> dict:

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import torch
 from torch import nn
@@ -26,8 +26,7 @@ from torch import nn
 from ..errors import ConfigError, WeightsError
 from ..layout import ImageLayout
 from ..pipeline import palette_decode
-from .base import (FamilyPipeline, HFAdapter, contiguous_range, load_hf, load_tokenizer, require_dir, to_pil,
-                   token_id)
+from .base import FamilyPipeline, HFAdapter, contiguous_range, load_hf, load_tokenizer, require_dir, to_pil, token_id
 
 IMAGE_START, IMAGE_END, NEW_LINE = "<racm3:break>", "<eoss>", "<reserved08799>"
 PROMPT = "Generate an image of {w}x{h} according to the following prompt:\n{text}"

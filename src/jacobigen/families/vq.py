@@ -57,8 +57,9 @@ def infer_arch(state: dict) -> dict:
     blocks = 1 + max(int(k.split(".")[4]) for k in state if k.startswith("decoder.up.0.block."))
     base = state["decoder.conv_out.weight"].shape[1]
     mult = [state[f"decoder.up.{levels - 1 - i}.block.0.conv1.weight"].shape[0] // base for i in range(levels)]
+    attention = any(".attn." in k for k in state if k.startswith("decoder.up."))
     return dict(z_channels=state["decoder.conv_in.weight"].shape[1], base_channels=base, channel_multiplier=mult,
-                num_res_blocks=blocks - 1, up_attention=any(".attn." in k for k in state if k.startswith("decoder.up.")))
+                num_res_blocks=blocks - 1, up_attention=attention)
 
 
 def _load_checked(model: nn.Module, state: dict, source: Path) -> nn.Module:
