@@ -30,6 +30,7 @@ from tqdm.auto import tqdm
 
 from .api import generate, make_decoder, prompt_rows
 from .bench import encode
+from .contract import model_device
 from .drafters import Drafter, Slots
 from .methods import get_method
 from .sampling import SamplingConfig, target_probs
@@ -148,7 +149,7 @@ def influence(pipe, prompts, seeds, perturbations: int = 16, window: int = 32,
     target: positive). Images are sampled with ``scd-mc`` (lossless: the model's own distribution)."""
     layout, model = pipe.layout, pipe.model
     sampling = _sampling(pipe.defaults)
-    device = next(model.parameters()).device
+    device = model_device(model)
     allowed = layout.allowed(model.vocab_size, device)
     free = (layout.forced(device) < 0).nonzero().flatten()          # image cells, raster order
     cols, lo, hi = layout.cols, *layout.image_ids
@@ -167,7 +168,7 @@ def influence(pipe, prompts, seeds, perturbations: int = 16, window: int = 32,
             changed = image.repeat(cells.numel() + 1, 1)
             old = changed[1 + torch.arange(cells.numel()), free[cells]]
             changed[1 + torch.arange(cells.numel()), free[cells]] = ids + (ids >= old)        # another id
-            p = _targets(model, tokens, uncond, list(layout.header), changed, sampling, allowed)[:, free]
+            p = _targets(model, device, tokens, uncond, list(layout.header), changed, sampling, allowed)[:, free]
             tv = 0.5 * (p[1:] - p[:1]).abs().sum(-1)                                            # [P, cells]
             for t, a in zip(tv, cells.tolist(), strict=True):
                 later = torch.arange(a + 1, free.numel())
@@ -186,10 +187,10 @@ def influence(pipe, prompts, seeds, perturbations: int = 16, window: int = 32,
 
 
 @torch.inference_mode()
-def _targets(model, prompt, uncond, header, images: torch.Tensor, sampling: SamplingConfig, allowed) -> torch.Tensor:
+def _targets(model, device, prompt, uncond, header, images: torch.Tensor, sampling: SamplingConfig,
+             allowed) -> torch.Tensor:
     """Teacher-forced targets [N, length, V] of each image after ``prompt`` (and ``uncond`` when
     guided): the target of image position i is the output at the token before it."""
-    device = next(model.parameters()).device
 
     def logits(prefix):
         pre = torch.tensor(list(prefix) + header, dtype=torch.int64).expand(images.shape[0], -1)
