@@ -1,4 +1,4 @@
-"""Deliberately broken decoder parts: the lossy mistakes of DESIGN.md section 6. The exactness test
+"""Deliberately broken decoder parts: the lossy mistakes of docs/DESIGN.md §6.2. The exactness test
 must reject every one of them."""
 
 from __future__ import annotations
@@ -74,7 +74,7 @@ class SiblingsWithReplacement(ProactiveTree):
 
 
 class NarrowSupport(GumbelShared):
-    """Not one of DESIGN.md's seven, but the same rule broken by our own shortcut: Gumbel sharing
+    """Not one of the seven of docs/DESIGN.md §6.2, but the same rule broken by our own shortcut: Gumbel sharing
     argmaxed over fewer ids than the belief's support (its first top-k id only)."""
 
     def draft(self, slots, draws):
@@ -84,7 +84,7 @@ class NarrowSupport(GumbelShared):
 
 
 class PeekingTree(Verifier):
-    """Not one of DESIGN.md's seven, but the rule the budgeted tree must keep: its shape may depend
+    """Not one of the seven of docs/DESIGN.md §6.2, but the rule the budgeted tree must keep: its shape may depend
     on q, never on p. This one spends the budget after the forward: of the nodes in the block it
     keeps the ``budget`` off-spine ones that the target, not the draft, values most (product of p
     along the path), as a budget rule that read the fresh targets would."""

@@ -1,4 +1,4 @@
-"""Lossless decoders sample exactly the AR distribution; the mutants of DESIGN.md section 6 do not.
+"""Lossless decoders sample exactly the AR distribution; the mutants of docs/DESIGN.md §6.2 do not.
 
 Every correct configuration must give p > PASS on the same seeded samples every run; every mutant
 p < FAIL (measured p-values for mutants are below 1e-30).

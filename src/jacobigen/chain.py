@@ -1,5 +1,5 @@
 """The 1-D chain schedule: a window of drafts after the last committed token, optionally with
-SJD-PAC's proactive tree carved out of it (DESIGN.md sections 3 and 4.2). Plain AR is the chain
+SJD-PAC's proactive tree carved out of it (docs/DESIGN.md §3 and §4.2). Plain AR is the chain
 with no drafts.
 
 Slot i of the next window holds position n + i. Its belief is the stale target the last forward

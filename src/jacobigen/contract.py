@@ -1,6 +1,6 @@
 """The model contract: what every model behind the decoders implements, written down and checked.
 
-The decoders (and every family adapter) rely on one small interface (DESIGN.md section 5). It is
+The decoders (and every family adapter) rely on one small interface (docs/DESIGN.md §5.1). It is
 stated here as a typed :class:`ImageModel` Protocol; :func:`check_model` turns the cheap parts of it
 into ConfigErrors at decoder construction, and :func:`conformance` checks the behavioural parts (the
 cache rule) on a real forward, for the shared test every family runs (``tests/test_contract.py``).

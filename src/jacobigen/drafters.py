@@ -4,7 +4,7 @@ A drafter sees, per window slot, its ``belief`` (the newest, possibly stale, tar
 position, or the layout's prior for positions never evaluated) and the draft that sat there before
 with the ``q`` it was drawn from. It returns new drafts and, for each, the exact distribution it was
 drawn from given everything the verifier will have seen: that ``q`` is what keeps a decoder
-lossless (DESIGN.md section 2).
+lossless (docs/DESIGN.md §2).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The one decode step (DESIGN.md section 3): draft -> one forward -> verify -> commit.
+"""The one decode step (docs/DESIGN.md §3): draft -> one forward -> verify -> commit.
 
 Every method and every schedule runs this step. A *schedule* (:mod:`.chain`, :mod:`.pjd`) says
 which positions enter the block, their attention structure, and which of its segments are verified

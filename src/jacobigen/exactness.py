@@ -1,7 +1,7 @@
 """Measure a decoder's distance from exact AR sampling on a model small enough to enumerate.
 
 Every sequence of a tiny layout is scored exactly (teacher-forced forward, same sampling pipeline);
-a decoder's samples are compared with a G-test that pools sparse cells (DESIGN.md section 6) and
+a decoder's samples are compared with a G-test that pools sparse cells (docs/DESIGN.md §6.1) and
 with the total-variation distance. The test suite uses it to prove the lossless presets exact and
 to bound the lossy ones; users can point it at their own parts.
 """

@@ -1,7 +1,7 @@
 """The Jacobi decoder: a method's parts, a schedule, the one step and the batch scheduler.
 
 Plain AR is the chain with window 1 (no drafts); PJD is the row-parallel schedule; every other
-method is the chain with its drafter, tree and verifier (DESIGN.md sections 3-4).
+method is the chain with its drafter, tree and verifier (docs/DESIGN.md §3-§4).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Additive float attention masks over a ragged KV cache (never boolean: DESIGN.md section 5)."""
+"""Additive float attention masks over a ragged KV cache (never boolean: docs/DESIGN.md §5.2)."""
 
 from __future__ import annotations
 

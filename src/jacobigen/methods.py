@@ -1,5 +1,5 @@
-"""Named methods: presets that pick a drafter, a verifier, a tree, a layout and a window (DESIGN.md
-section 4).
+"""Named methods: presets that pick a drafter, a verifier, a tree, a layout and a window (docs/DESIGN.md
+§4.6).
 
 A preset is a recipe of parts; every hyper-parameter has the paper's default and can be overridden
 by keyword (API) or ``-o key=value`` (CLI). ``scd-mc`` coupling and SJD-PAC's adaptive

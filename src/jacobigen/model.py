@@ -1,6 +1,6 @@
 """Our Llama-style decoder (RoPE, RMSNorm, SwiGLU, SDPA) behind the decoders' model interface.
 
-The interface every model family implements (DESIGN.md section 5, written down with its cache rule
+The interface every model family implements (docs/DESIGN.md §5, written down with its cache rule
 as :class:`jacobigen.contract.ImageModel`) is one call::
 
     logits = model(tokens [R, T], positions [R, T], mask [R, 1, T, C], cache)

@@ -1,4 +1,4 @@
-"""Modified rejection sampling, the rule that makes a decoder lossless (DESIGN.md section 2).
+"""Modified rejection sampling, the rule that makes a decoder lossless (docs/DESIGN.md §2).
 
 A draft ``d ~ q`` is kept with probability ``min(1, p(d)/q(d))``; otherwise the replacement comes
 from the residual ``norm(max(p - q, 0))``. The result is distributed as ``p``. All functions are

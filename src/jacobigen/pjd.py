@@ -1,4 +1,4 @@
-"""PJD: row-parallel 2-D Jacobi decoding, a layout part (DESIGN.md section 4.4).
+"""PJD: row-parallel 2-D Jacobi decoding, a layout part (docs/DESIGN.md §4.4).
 
 The image is R rows of ``RL`` tokens (C cells, plus the forced end-of-line token when the layout has
 one; the end-of-image token is the tail of the last row). Row r joins once the row above holds

@@ -1,4 +1,4 @@
-"""Relaxed (lossy) verifiers that the seeds compare with: GSD and LANTERN (DESIGN.md section 4.5).
+"""Relaxed (lossy) verifiers that the seeds compare with: GSD and LANTERN (docs/DESIGN.md §4.5).
 
 Both trade exactness for acceptance by letting a draft borrow probability from tokens whose VQ
 latents are close to it. Neighbours come from the model's codebook (``model.latent_codebook``,

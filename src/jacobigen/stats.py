@@ -1,4 +1,4 @@
-"""Decoding statistics, returned as data (DESIGN.md section 5)."""
+"""Decoding statistics, returned as data (docs/DESIGN.md §5.4)."""
 
 from __future__ import annotations
 

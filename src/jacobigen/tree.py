@@ -1,4 +1,4 @@
-"""SJD-PAC's proactive tree, carved out of the window (DESIGN.md section 4.2).
+"""SJD-PAC's proactive tree, carved out of the window (docs/DESIGN.md §4.2).
 
 One forward evaluates a block: the last committed token (the root), the chain of drafts hanging
 from it (the *spine*), then the tree's extra nodes. Tree depth counts the root, as the authors'

@@ -1,7 +1,7 @@
 """What every real model family shares: the model-interface adapter, the cache bridge, offline loading.
 
 Decoders call ``model(tokens, positions, mask, cache)`` with an additive float mask over all cache
-slots (DESIGN.md section 5). Transformers models get the same call through :class:`HFAdapter`: it
+slots (docs/DESIGN.md §5). Transformers models get the same call through :class:`HFAdapter`: it
 embeds the block itself, hands the decoder stack our 4-D mask and explicit ``position_ids`` (a 4-D
 mask is used as given by ``create_causal_mask`` in transformers 5.x), and a :class:`BridgeCache`
 whose ``update`` writes into our ragged :class:`~jacobigen.cache.KVCache` and returns its full buffers.
