@@ -28,6 +28,7 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
+from . import extras
 from .api import generate, make_decoder, prompt_rows
 from .bench import encode
 from .contract import model_device
@@ -205,8 +206,7 @@ def run_all(pipe, prompts: list[str], seeds: list[int], window: int, out: Path, 
             model_spec: str | None = None) -> dict:
     """Every measurement, its JSON and its figure under ``out``; each JSON also records the machine,
     code and weights (:func:`~jacobigen.threads.environment`, given the ``--model`` spec ``model_spec``)."""
-    from . import plots
-
+    plots = extras.plots()
     out.mkdir(parents=True, exist_ok=True)
     machine = environment(pipe.model, model_spec)
     alphas, scales = (0.0, 0.25, 0.5, 0.75, 1.0), (1.0, 2.0, 3.0, 5.0, 7.5)

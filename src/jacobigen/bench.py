@@ -22,6 +22,7 @@ import numpy as np
 from PIL import Image
 from tqdm.auto import tqdm
 
+from . import extras
 from .api import generate
 from .checks import image_seeds
 from .contract import model_device
@@ -438,12 +439,11 @@ def report_data(rows: list[Row], extra: dict, meta: dict) -> dict:
 
 
 def write_report(rows: list[Row], extra: dict, out_dir: Path, meta: dict) -> None:
-    from .plots import plot_bench
-
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "bench.json").write_text(json.dumps(report_data(rows, extra, meta), indent=2))
     (out_dir / "bench.md").write_text(markdown(rows, extra))
-    plot_bench(rows, extra.get("cost_curve"), out_dir, extra.get("fid"))
+    if plots := extras.plots_or_warn():
+        plots.plot_bench(rows, extra.get("cost_curve"), out_dir, extra.get("fid"))
 
 
 def write_reports(results: dict[str, tuple[list[Row], dict]], out_dir: Path, meta: dict) -> str:

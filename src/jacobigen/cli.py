@@ -16,6 +16,7 @@ from pathlib import Path
 import click
 
 from . import embedded as E
+from . import extras
 from .checks import MAX_SEED, image_seeds, number, parse_options
 from .errors import ConfigError, JacobigenError, PromptWarning
 from .files import atomic_write, check_writable, read_prompts
@@ -257,6 +258,8 @@ def _check_combination(prompts, prompts_file, use_ray, address, out, stats_path,
                                    "`jacobigen bench` (acceptance.png) or the API's gen.stats.when")
     if address and not use_ray:
         raise click.UsageError("--address names a Ray cluster: add --ray")
+    if trace:
+        extras.plots()  # before any image is generated
     if use_ray and threads is not None:
         raise click.UsageError("--threads sets this process's threads; Ray workers take cpu_count / --workers each")
 
@@ -302,11 +305,9 @@ def _generate_sheet(prompts, model, num_images, seed, out, fmt, size, stats_path
                                             indent=2).encode())
     click.echo(f"wrote {out}")
     if trace:
-        from .plots import plot_acceptance
-
         trace_path = out.with_name(out.stem + ".trace.png")
         titles = [f"{t} (seed {sd}): {n} passes" for t, sd, n in zip(texts, seeds, s.sequence_nfe, strict=True)]
-        plot_acceptance(list(pipe.layout.grid(s.when)), titles, trace_path)
+        extras.plots().plot_acceptance(list(pipe.layout.grid(s.when)), titles, trace_path)
         click.echo(f"wrote {trace_path}")
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
+from . import extras
 from .bench import pct
 from .checks import image_seeds
 from .methods import get_method
@@ -61,9 +62,8 @@ def markdown(rows: list[dict], info: dict | None = None) -> str:
 
 
 def write_report(rows: list[dict], info: dict, out_dir: Path, meta: dict) -> None:
-    from .plots import plot_throughput
-
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "throughput.json").write_text(json.dumps({**meta, **info, "rows": rows}, indent=2))
     (out_dir / "throughput.md").write_text(markdown(rows, info))
-    plot_throughput(rows, out_dir / "throughput.png")
+    if plots := extras.plots_or_warn():
+        plots.plot_throughput(rows, out_dir / "throughput.png")
