@@ -157,3 +157,48 @@ def test_every_lossless_preset_equals_ar_greedy_on_a_clip():
     for name in LOSSLESS:
         assert torch.equal(generate(model, [67, 3], method=name, window=8, **kw).tokens, ar), name
     assert generate(model, [67, 3], method="sjd", window=8, **kw).grid.shape == (1, 3, 4, 5)
+
+
+# --- generate-video --------------------------------------------------------------------------------
+
+def run_cli(*args):
+    from click.testing import CliRunner
+
+    from jacobigen.cli import main
+
+    return CliRunner().invoke(main, ["generate-video", *args])
+
+
+def test_generate_video_writes_an_animated_gif_stats_and_trace(tmp_path):
+    from PIL import Image
+
+    out = tmp_path / "heart.gif"
+    res = run_cli("red heart", "--model", "random-video", "--frames", "2", "--method", "scd-gs", "--window", "16",
+                  "--out", str(out), "--stats", str(tmp_path / "s.json"), "--trace", "--no-progress",
+                  "--num-clips", "2")
+    assert res.exit_code == 0, res.output
+    assert "scd-gs (lossless)" in res.output and "step compression" in res.output and "2 clip(s)" in res.output
+    with Image.open(out) as gif:
+        assert gif.n_frames == 2 and gif.size == (256, 128)      # two clips side by side, 128 px each
+    assert (tmp_path / "heart.trace.png").is_file() and (tmp_path / "s.json").is_file()
+
+
+def test_generate_video_refuses_what_it_cannot_make(tmp_path):
+    res = run_cli("red heart", "--out", str(tmp_path / "x.gif"))
+    assert res.exit_code == 2 and "not trained yet" in res.output
+    res = run_cli("red heart", "--model", "random-video", "--frames", "9", "--out", str(tmp_path / "x.gif"))
+    assert res.exit_code == 2 and "1 to 8 frames" in res.output
+    res = run_cli("red heart", "--model", "random", "--out", str(tmp_path / "x.gif"))
+    assert res.exit_code == 2 and "makes images" in res.output
+    res = run_cli("red heart", "--model", "random-video", "--out", str(tmp_path / "x.jpg"))
+    assert res.exit_code == 2 and ".gif" in res.output
+
+
+def test_random_video_pipeline_decodes_clips_of_the_right_shape():
+    from jacobigen.pipeline import random_video_pipeline
+
+    pipe = random_video_pipeline().with_frames(3)
+    gen, clips = pipe.generate(["a", "b"], method="pjd+scd-mc", window=8, seed=0)
+    assert gen.grid.shape == (2, 3, 8, 8) and len(clips) == 2 and len(clips[0]) == 3
+    assert clips[0][0].size == (8, 8)
+    assert pipe.layout.tiled(gen.stats.when).shape == (2, 8, 24)

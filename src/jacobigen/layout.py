@@ -90,6 +90,12 @@ class ImageLayout:
         """The image cells [..., rows, cols] of generated sequences [..., length]."""
         return self.frame_grids(tokens)[..., 0, :, :]
 
+    def tiled(self, tokens: torch.Tensor) -> torch.Tensor:
+        """The cells [..., rows, frames * cols] of generated sequences: frames side by side (an
+        acceptance map of a clip shows where whole frames were copied)."""
+        cells = self.frame_grids(tokens)
+        return cells.transpose(-3, -2).reshape(*cells.shape[:-3], self.rows, self.frames * self.cols)
+
     def lines(self, device=None) -> Lines:
         """The grid's rows in raster order, frame after frame (what PJD runs in parallel)."""
         f, r = torch.meshgrid(torch.arange(self.frames, device=device), torch.arange(self.rows, device=device),

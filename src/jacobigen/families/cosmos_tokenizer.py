@@ -16,6 +16,7 @@ network). Without the file, :func:`preview` shows each latent frame's FSQ codes 
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import torch
@@ -47,7 +48,9 @@ class JitDecoder:
 
     def __init__(self, path: Path, chunk: int, device: str):
         try:
-            self.net = torch.jit.load(str(path), map_location=device).eval()
+            with warnings.catch_warnings():        # TorchScript is deprecated in torch, but it is what Cosmos ships
+                warnings.simplefilter("ignore", DeprecationWarning)
+                self.net = torch.jit.load(str(path), map_location=device).eval()
         except Exception as e:
             raise WeightsError(f"cannot load the Cosmos video decoder {path}: {e}") from e
         self.chunk, self.device = chunk, device
