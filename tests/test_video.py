@@ -202,3 +202,31 @@ def test_random_video_pipeline_decodes_clips_of_the_right_shape():
     assert gen.grid.shape == (2, 3, 8, 8) and len(clips) == 2 and len(clips[0]) == 3
     assert clips[0][0].size == (8, 8)
     assert pipe.layout.tiled(gen.stats.when).shape == (2, 8, 24)
+
+
+def test_generate_points_a_clip_model_to_generate_video(tmp_path):
+    from click.testing import CliRunner
+
+    from jacobigen.cli import main
+
+    res = CliRunner().invoke(main, ["generate", "red heart", "--model", "random-video",
+                                    "--out", str(tmp_path / "x.png")])
+    assert res.exit_code == 2 and "generate-video" in res.output
+
+
+@pytest.mark.slow
+def test_bench_on_a_video_model_tiles_the_acceptance_map_per_frame(tmp_path):
+    """Windows up to 128 on a 4-frame clip of 8 x 8 tokens (293 tokens with its structural ones)."""
+    import json
+
+    from click.testing import CliRunner
+
+    from jacobigen.cli import main
+
+    res = CliRunner().invoke(main, ["bench", "--model", "random-video", "--methods", "scd-gs", "--window", "16,128",
+                                    "--prompts", "1", "--out", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    rows = {(r["method"], r["window"]): r for r in json.loads((tmp_path / "bench.json").read_text())["rows"]}
+    assert rows["scd-gs", 128]["step_compression"] > 1
+    assert len(rows["scd-gs", 128]["acceptance"]) == 8 and len(rows["scd-gs", 128]["acceptance"][0]) == 32
+    assert (tmp_path / "acceptance.png").is_file()

@@ -59,7 +59,7 @@ class Row:
     latency_speedup_vs_ar: float = 0.0  # wall time, against ar
     fid_vs_ar: float | None = None    # against ar's images on other seeds (ar's own row: the noise)
     fid_vs_data: float | None = None  # against the model's held-out images
-    acceptance: list | None = None    # the first image's acceptance map: iteration of each token [rows][cols]
+    acceptance: list | None = None    # the first image's acceptance map: iteration of each token [rows][frames * cols]
 
     @property
     def baseline(self) -> bool:
@@ -115,7 +115,7 @@ class Run:
     histogram: dict
     nodes: float
     sibling_tokens: int
-    acceptance: list | None = None      # iteration that committed each image token [rows][cols]
+    acceptance: list | None = None      # iteration that committed each token [rows][frames * cols]
 
 
 def encode(pipe: Pipeline, prompt: str) -> tuple[list[int], list[int]]:
@@ -156,7 +156,7 @@ def decode_one(pipe: Pipeline, method: str, window: int, prompt: str, seed: int,
         n = pipe.layout.length
         return Run(n, wall, cpu, None, {1: n - 1}, 1.0, 0)
     return Run(stats.nfe, wall, cpu, stats.forward_time, stats.histogram(), stats.nodes_per_iteration,
-               sum(stats.sibling_tokens), pipe.layout.grid(stats.when)[0].tolist())
+               sum(stats.sibling_tokens), pipe.layout.tiled(stats.when)[0].tolist())
 
 
 CANDIDATE_WINDOWS = [4, 8, 16, 32, 64]

@@ -285,11 +285,20 @@ def _load(model_spec, device, threads, trust_checkpoint=False):
     return pipe
 
 
+def _images_only(pipe):
+    """``generate`` writes images: a clip model is pointed to ``generate-video``."""
+    from .layout import VideoLayout
+
+    if isinstance(pipe.layout, VideoLayout):
+        raise ConfigError(f"the {pipe.name} model makes clips: use `jacobigen generate-video`")
+    return pipe
+
+
 def _generate_sheet(prompts, model, num_images, seed, out, fmt, size, stats_path, progress, threads, trace,
                     gen_options):
     """One sheet of images in ``out`` (and the statistics in ``stats_path``, the acceptance maps
     beside ``out`` with ``trace``); ``model`` is (spec, device, trust_checkpoint)."""
-    pipe = _load(*model[:2], threads, model[2])
+    pipe = _images_only(_load(*model[:2], threads, model[2]))
     texts = [p for p in prompts for _ in range(num_images)]
     seeds = image_seeds(seed, len(texts))
     gen, images = pipe.generate(texts, seed=seeds, progress=progress, **gen_options)
@@ -421,7 +430,7 @@ def _generate_jobs(texts, model, num_images, seed, out_dir, chunk, use_ray, addr
     else:
         from .jobs import run_local
 
-        pipe = _load(model_spec, device, threads, trust_checkpoint)
+        pipe = _images_only(_load(model_spec, device, threads, trust_checkpoint))
         run_local(pipe, jobs, outputs, batch_size, chunk, on_result=lambda job, rec: bar.update(1), **gen_options)
     bar.close()
     wall = time.perf_counter() - t0
