@@ -15,16 +15,23 @@ from jacobigen.contract import conformance
 from jacobigen.families import load_family
 from jacobigen.families.cosmos import (
     Cosmos,
+    CosmosConfig,
     clean_state,
     config_from_state,
     cosmos_pipeline,
     inverse_frequencies,
     save_config,
-    tiny,
 )
 from jacobigen.families.cosmos_tokenizer import LEVELS, JitDecoder, fsq_codes, pixel_frames
 
 LOSSLESS = [name for name, m in METHODS.items() if m.lossless and name != "ar"]
+
+
+def tiny(**over) -> CosmosConfig:
+    """2 layers of 48, 4 heads over 2 K/V heads, latent [3, 2, 3] with one condition frame."""
+    base = dict(dim=48, n_layers=2, n_heads=4, n_kv_heads=2, ffn_dim=64, vocab_size=64, latent_shape=(3, 2, 3),
+                context_frames=1)
+    return CosmosConfig(**{**base, **over})
 
 
 def random_cosmos(seed=0, **over) -> Cosmos:
@@ -152,6 +159,7 @@ class TinyDecoder(torch.nn.Module):
         return x.repeat_interleave(16, 3).repeat_interleave(16, 4)
 
 
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")       # torch.jit.script: Cosmos ships TorchScript
 def test_checkpoint_roundtrip_decodes_the_clip_with_its_condition_frames(tmp_path):
     """model.pt as Cosmos stores it (``model.`` prefix, TransformerEngine extra state), cosmos.json for
     the latent shape, decoder.jit beside it: the clip is condition + sampled frames at 16x pixels."""

@@ -26,7 +26,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 import numpy as np
@@ -322,10 +322,3 @@ def load(path: str | Path, device: str = "cpu") -> CosmosPipeline:
     p = Path(path).expanduser()
     model = load_cosmos(p, device)
     return cosmos_pipeline(model, find_decoder(p if p.is_dir() else p.parent), device)
-
-
-def tiny(**over) -> CosmosConfig:
-    """A random-config shape for tests and trials: 2 layers of 48, latent [3, 2, 3], one condition frame."""
-    base = CosmosConfig(dim=48, n_layers=2, n_heads=4, n_kv_heads=2, ffn_dim=64, vocab_size=64,
-                        latent_shape=(3, 2, 3), context_frames=1)
-    return replace(base, **over)
