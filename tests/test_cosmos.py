@@ -217,3 +217,24 @@ def test_cli_generate_video_on_cosmos(tmp_path):
                                     "--method", "scd-gs", "--window", "8", "--out", str(out), "--no-progress"])
     assert res.exit_code == 0, res.output
     assert out.is_file() and "step compression" in res.output
+
+
+def test_bench_runs_on_cosmos_with_a_condition_prompt(tmp_path):
+    """Cosmos has no example prompts: bench takes --prompt (and says so without one)."""
+    pytest.importorskip("transformers")
+    import json
+
+    from jacobigen.cli import main
+
+    model = random_cosmos(4)
+    torch.save(model.state_dict(), tmp_path / "model.pt")
+    save_config(model, tmp_path)
+    np.save(tmp_path / "c.npy", np.array(PROMPT).reshape(1, 2, 3))
+    args = ["bench", "--model", f"cosmos:{tmp_path}", "--methods", "scd-gs", "--window", "4,12",
+            "--out", str(tmp_path / "b")]
+    res = CliRunner().invoke(main, args)
+    assert res.exit_code == 2 and "--prompt" in res.output
+    res = CliRunner().invoke(main, [*args, "--prompt", str(tmp_path / "c.npy")])
+    assert res.exit_code == 0, res.output
+    rows = json.loads((tmp_path / "b" / "bench.json").read_text())["rows"]
+    assert {r["method"] for r in rows} >= {"ar", "scd-gs"} and len(rows[0]["acceptance"][0]) == 2 * 3

@@ -139,8 +139,8 @@ def decode_one(pipe: Pipeline, method: str, window: int, prompt: str, seed: int,
     device = model_device(pipe.model)
     if method == PLAIN:
         opts = {k: v for k, v in opts.items() if v is not None}
-        if set(opts) - {"cfg", "temperature", "top_k"}:
-            raise ConfigError(f"the {PLAIN} baseline takes cfg, temperature and top_k only, got {sorted(opts)}")
+        if set(opts) - {"cfg", "temperature", "top_k", "top_p"}:
+            raise ConfigError(f"the {PLAIN} baseline takes cfg, temperature, top_k and top_p only, got {sorted(opts)}")
     sync(device)
     wall, cpu = time.perf_counter(), time.process_time()
     if method == PLAIN:

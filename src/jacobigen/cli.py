@@ -477,6 +477,9 @@ def _variants(ctx, param, value):
               help="Comma-separated windows; 'auto' picks one per method from this device's costs.")
 @click.option("--prompts", "n_prompts", default=2, show_default=True, type=int,
               help="How many of the model's example prompts to use.")
+@click.option("--prompt", "prompt_texts", multiple=True,
+              help="A prompt to run instead of the example prompts (repeatable; a Cosmos prompt is its .npy "
+                   "of condition tokens).")
 @click.option("--seeds", "n_seeds", default=1, show_default=True, type=int)
 @click.option("--fid", "n_fid", default=0, show_default=True, type=click.IntRange(min=0),
               help="Images per row for FID vs ar and vs held-out data (0: off; needs jacobigen[eval]).")
@@ -490,8 +493,8 @@ def _variants(ctx, param, value):
               help="Also run the bench with the model forward under torch.compile(dynamic=True), in "
                    "OUT/threads-N-compiled/, compared against compiled ar and the compiled plain loop.")
 @TRUST
-def bench(model_spec, device, method_names, windows, n_prompts, n_seeds, n_fid, out_dir, thread_counts, use_compile,
-          trust_checkpoint):
+def bench(model_spec, device, method_names, windows, n_prompts, prompt_texts, n_seeds, n_fid, out_dir, thread_counts,
+          use_compile, trust_checkpoint):
     """Compare methods on the same prompts and seeds; write bench.json and bench.md."""
     from .bench import run_fid, run_settings, write_reports
     from .models import load_pipeline
@@ -506,7 +509,9 @@ def bench(model_spec, device, method_names, windows, n_prompts, n_seeds, n_fid, 
     pipe = load_pipeline(model_spec, device, trust_checkpoint)
     if pipe.note:
         click.echo(f"model: {pipe.name} ({pipe.note})")
-    prompts = (pipe.example_prompts * n_prompts)[:n_prompts]
+    prompts = list(prompt_texts) or (pipe.example_prompts * n_prompts)[:n_prompts]
+    if not prompts:
+        raise BadInput(f"the {pipe.name} model has no example prompts: give one or more --prompt")
     if n_fid:
         from .fid import network
 
