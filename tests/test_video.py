@@ -2,7 +2,7 @@
 
 Every lossless preset samples exactly the AR distribution of a tiny 2-frame clip (the enumerable
 model of ``jacobigen.exactness``: 2 frames of 1 x 3 cells, 729 clips; 2 x 2 x 2, 6,561 clips, for
-PJD's rows), the mutants of DESIGN.md section 6 are rejected there, and PJD runs its rows in
+PJD's rows), all seven mutants of DESIGN.md section 6 are rejected there, and PJD runs its rows in
 parallel within a frame only.
 """
 
@@ -16,8 +16,18 @@ from jacobigen.jacobi import JacobiDecoder, Parts
 from jacobigen.layout import ImageLayout, VideoLayout
 from jacobigen.model import Transformer, TransformerConfig
 from jacobigen.sampling import SamplingConfig
+from jacobigen.tree import ProactiveTree
 from jacobigen.verifiers import Verifier
-from mutants import CarryOldQ, MinimumAcceptance, ResidualFromTarget, ResidualUnlessUnitMass, StaleQ
+from mutants import (
+    CarryOldQ,
+    MinimumAcceptance,
+    ResidualFromTarget,
+    ResidualUnlessUnitMass,
+    SiblingsWithReplacement,
+    StaleQ,
+    UnfusedQ,
+)
+from test_exactness import STRONG_VP, RecordingVP
 
 N = 20_000
 PASS, FAIL = 1e-4, 1e-8
@@ -77,6 +87,32 @@ def test_every_lossless_preset_is_exact_on_a_clip(clip, method):
 ])
 def test_mutants_are_rejected_on_a_clip(clip, name, parts):
     assert clip_pvalue(clip, parts) < FAIL
+
+
+@pytest.fixture(scope="module")
+def sharp_clip():
+    """A sharper model (as the image tests use for mutants 4 and 5): stale beliefs are often wrong."""
+    model, lay = tiny_model(vocab=9, sharpness=3.0), video_layout()
+    return model, lay, {PLAIN: exact_distribution(model, lay, PLAIN)}
+
+
+@pytest.mark.slow
+def test_tree_mutant_rejected_on_a_clip(sharp_clip):
+    """Mutant 5 (siblings drawn with replacement, verified as without): the full 3-wide tree over
+    the 3 ids. Measured: correct p = 0.41, mutant p < 1e-300 (TV 0.079)."""
+    assert clip_pvalue(sharp_clip, Parts(Independent(), Verifier(), 13, ProactiveTree(3, 3, "full"))) > PASS
+    assert clip_pvalue(sharp_clip, Parts(Independent(), Verifier(), 13, SiblingsWithReplacement(3, 3, "full"))) < FAIL
+
+
+@pytest.mark.slow
+def test_vp_mutant_rejected_on_a_clip(sharp_clip):
+    """Mutant 4 (verified against the unfused p) with the strong fusion of the image test, at a
+    window spanning the whole clip (11 tokens), where fusion moves q most often: measured p = 5e-31
+    (window 6: 0.008, too weak to assert). The correct VP passes at the same settings."""
+    RecordingVP.moved = 0.0
+    assert clip_pvalue(sharp_clip, Parts(RecordingVP(Independent(), **STRONG_VP), Verifier(), 11)) > PASS
+    assert RecordingVP.moved > 0.5
+    assert clip_pvalue(sharp_clip, Parts(UnfusedQ(Independent(), **STRONG_VP), Verifier(), 11)) < FAIL
 
 
 # --- PJD: rows in parallel within a frame --------------------------------------------------------
