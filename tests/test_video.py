@@ -266,3 +266,12 @@ def test_bench_on_a_video_model_tiles_the_acceptance_map_per_frame(tmp_path):
     assert rows["scd-gs", 128]["step_compression"] > 1
     assert len(rows["scd-gs", 128]["acceptance"]) == 8 and len(rows["scd-gs", 128]["acceptance"][0]) == 32
     assert (tmp_path / "acceptance.png").is_file()
+
+
+@pytest.mark.parametrize("method,opts", [("scd-mc+pac", {}), ("pjd+scd-mc", {"pjd_context": 2})])
+def test_a_clip_does_not_depend_on_its_batch(method, opts):
+    """Continuous refill on clips: three prompts through a batch of one row equal one batch of three."""
+    model, kw = random_clip_model(2), dict(layout=CLIP, method=method, window=8, seed=[4, 5, 6], **opts)
+    prompts = [[67, 1], [67, 2, 3], [67]]
+    alone = generate(model, prompts, batch_size=1, **kw).tokens
+    assert torch.equal(generate(model, prompts, **kw).tokens, alone)
