@@ -275,3 +275,12 @@ def test_a_clip_does_not_depend_on_its_batch(method, opts):
     prompts = [[67, 1], [67, 2, 3], [67]]
     alone = generate(model, prompts, batch_size=1, **kw).tokens
     assert torch.equal(generate(model, prompts, **kw).tokens, alone)
+
+
+def test_bench_refuses_fid_on_clips(tmp_path):
+    from click.testing import CliRunner
+
+    from jacobigen.cli import main
+
+    res = CliRunner().invoke(main, ["bench", "--model", "random-video", "--fid", "4", "--out", str(tmp_path)])
+    assert res.exit_code == 2 and "makes clips" in res.output

@@ -514,6 +514,10 @@ def bench(model_spec, device, method_names, windows, n_prompts, prompt_texts, n_
         raise BadInput(f"the {pipe.name} model has no example prompts: give one or more --prompt")
     if n_fid:
         from .fid import network
+        from .layout import VideoLayout
+
+        if isinstance(pipe.layout, VideoLayout):
+            raise click.BadParameter(f"FID scores images; the {pipe.name} model makes clips", param_hint="--fid")
 
         network()  # fail before the timing runs when the eval extra is missing
     results = run_settings(pipe, thread_counts or [None], use_compile, method_names, windows, prompts,
