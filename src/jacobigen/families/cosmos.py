@@ -243,7 +243,10 @@ def load_cosmos(path: Path, device: str = "cpu", dtype: torch.dtype | None = Non
         raise WeightsError(f"Cosmos weights not found: {file} (pass the model.pt or its folder)")
     state = clean_state(read_checkpoint(file, "Cosmos"))
     extra = file.parent / "cosmos.json"
-    over = json.loads(extra.read_text()) if extra.is_file() else {}
+    try:
+        over = json.loads(extra.read_text()) if extra.is_file() else {}
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"{extra} is not valid JSON: {e}") from None
     model = Cosmos(config_from_state(state, **over))
     missing, unexpected = model.load_state_dict(state, strict=False)
     if missing or unexpected:
