@@ -24,7 +24,14 @@ def family(name):
     return BUILD[name]()[1]
 
 
-PIPELINES = {"embedded": embedded, "random": random_pipeline,
+def cosmos():
+    from jacobigen.families.cosmos import cosmos_pipeline
+    from test_cosmos import random_cosmos
+
+    return cosmos_pipeline(random_cosmos())
+
+
+PIPELINES = {"embedded": embedded, "random": random_pipeline, "cosmos": cosmos,
              **{name: (lambda n=name: family(n))
                 for name in ("chameleon", "anole", "janus", "emu3", "llamagen-c2i", "llamagen-t2i")}}
 
@@ -36,7 +43,8 @@ def test_every_model_keeps_the_contract(name):
         pipe.prepare()
     text = "3" if name == "llamagen-c2i" else "a red cat"
     lo = pipe.layout.image_ids[0]
-    conformance(pipe.model, pipe.encode(text) + list(pipe.layout.header), [lo + i for i in (3, 1, 4, 1, 5, 9)])
+    prompt = [5, 17, 33, 2, 60, 41] if name == "cosmos" else pipe.encode(text)   # cosmos: condition tokens
+    conformance(pipe.model, prompt + list(pipe.layout.header), [lo + i for i in (3, 1, 4, 1, 5, 9)])
 
 
 # --- models that break it -------------------------------------------------------------------------

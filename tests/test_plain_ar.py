@@ -36,3 +36,15 @@ def test_plain_loop_matches_ar_when_greedy(pipe, cfg):
     ar = generate(pipe.model, prompt, layout=pipe.layout, uncond=pipe.uncond, cfg=cfg, method="ar", top_k=1,
                   seed=5).tokens[0]
     assert torch.equal(plain, ar)
+
+
+def test_plain_loop_top_p_keeps_the_most_likely_ids(pipe):
+    """A top-p below every probability leaves the argmax alone: AR's greedy tokens (Cosmos and
+    Anole sample with top-p, and the bench times this loop beside them)."""
+    prompt = pipe.encode("red heart")
+    plain = plain_ar(pipe.model, pipe.layout, prompt, top_p=1e-6, seed=3)
+    ar = generate(pipe.model, prompt, layout=pipe.layout, method="ar", top_k=1).tokens[0]
+    assert torch.equal(plain, ar)
+    varied = plain_ar(pipe.model, pipe.layout, prompt, top_p=0.9, seed=3)
+    forced = pipe.layout.forced()
+    assert varied[forced < 0].unique().numel() > 1

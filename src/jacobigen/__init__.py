@@ -14,11 +14,12 @@ from .errors import ConfigError, JacobigenError, WeightsError  # noqa: E402 - to
 
 _LAZY = {"Generation": "api", "generate": "api", "ImageLayout": "layout", "METHODS": "methods",
          "get_method": "methods", "Transformer": "model", "TransformerConfig": "model",
-         "load_transformer": "model", "save_transformer": "model", "SamplingConfig": "sampling"}
+         "load_transformer": "model", "save_transformer": "model", "SamplingConfig": "sampling",
+         "VideoLayout": "layout"}
 
 __all__ = ["ConfigError", "Generation", "ImageLayout", "JacobigenError", "METHODS", "SamplingConfig",
-           "Transformer", "TransformerConfig", "WeightsError", "generate", "get_method", "load_transformer",
-           "save_transformer"]
+           "Transformer", "TransformerConfig", "VideoLayout", "WeightsError", "generate", "get_method",
+           "load_transformer", "save_transformer"]
 __version__ = "0.1.0"
 
 

@@ -60,7 +60,7 @@ class Row:
     latency_speedup_vs_ar: float = 0.0  # wall time, against ar
     fid_vs_ar: float | None = None    # against ar's images on other seeds (ar's own row: the noise)
     fid_vs_data: float | None = None  # against the model's held-out images
-    acceptance: list | None = None    # the first image's acceptance map: iteration of each token [rows][cols]
+    acceptance: list | None = None    # the first image's acceptance map: iteration of each token [rows][frames * cols]
 
     @property
     def baseline(self) -> bool:
@@ -116,7 +116,7 @@ class Run:
     histogram: dict
     nodes: float
     sibling_tokens: int
-    acceptance: list | None = None      # iteration that committed each image token [rows][cols]
+    acceptance: list | None = None      # iteration that committed each token [rows][frames * cols]
 
 
 def encode(pipe: Pipeline, prompt: str) -> tuple[list[int], list[int]]:
@@ -140,8 +140,8 @@ def decode_one(pipe: Pipeline, method: str, window: int, prompt: str, seed: int,
     device = model_device(pipe.model)
     if method == PLAIN:
         opts = {k: v for k, v in opts.items() if v is not None}
-        if set(opts) - {"cfg", "temperature", "top_k"}:
-            raise ConfigError(f"the {PLAIN} baseline takes cfg, temperature and top_k only, got {sorted(opts)}")
+        if set(opts) - {"cfg", "temperature", "top_k", "top_p"}:
+            raise ConfigError(f"the {PLAIN} baseline takes cfg, temperature, top_k and top_p only, got {sorted(opts)}")
     sync(device)
     wall, cpu = time.perf_counter(), time.process_time()
     if method == PLAIN:
@@ -157,7 +157,7 @@ def decode_one(pipe: Pipeline, method: str, window: int, prompt: str, seed: int,
         n = pipe.layout.length
         return Run(n, wall, cpu, None, {1: n - 1}, 1.0, 0)
     return Run(stats.nfe, wall, cpu, stats.forward_time, stats.histogram(), stats.nodes_per_iteration,
-               sum(stats.sibling_tokens), pipe.layout.grid(stats.when)[0].tolist())
+               sum(stats.sibling_tokens), pipe.layout.tiled(stats.when)[0].tolist())
 
 
 CANDIDATE_WINDOWS = [4, 8, 16, 32, 64]

@@ -158,38 +158,52 @@ def main(debug):
     """Fast, exact Jacobi decoding for autoregressive image generators."""
 
 
+def decoding_options(default_model: str, model_help: str):
+    """The options ``generate`` and ``generate-video`` share: model, method, seeds, sampling, stats."""
+    shared = [
+        click.option("--model", "model_spec", default=default_model, show_default=True, help=model_help),
+        click.option("--device", default=None, help="cpu, cuda, cuda:1 ... (default: cuda if available)."),
+        click.option("--method", default="sjd", show_default=True, help="Method preset (see `jacobigen methods`)."),
+        click.option("--window", default=32, show_default=True, type=click.IntRange(min=1),
+                     help="Tokens in flight per iteration (at most the image's tokens + 4096)."),
+        click.option("--seed", default=0, show_default=True, type=click.IntRange(0, MAX_SEED),
+                     help="Image (clip) i gets seed SEED + i."),
+        click.option("--batch-size", type=click.IntRange(min=1), default=None,
+                     help="Images decoded together (default: all that fit in half the free memory); finished "
+                          "rows take the next prompt."),
+        click.option("--cfg", type=Finite(), default=None,
+                     help=f"Classifier-free guidance scale (1: none). Default: the model's own (the default model "
+                          f"samples with {DEFAULTS}; random with cfg 1, temperature 1, all ids)."),
+        click.option("--temperature", type=Finite(0, lo_open=True), default=None,
+                     help="Softmax temperature, > 0 (smaller: sharper). Default: the model's own (1 for the "
+                          "default model)."),
+        click.option("--top-k", type=click.IntRange(min=1), default=None,
+                     help="Sample among the K most likely image ids. Default: the model's own (200 for the "
+                          "default model; all for random)."),
+        click.option("--top-p", type=Finite(0, 1, lo_open=True), default=None,
+                     help="Sample among the most likely ids holding this much probability, in (0, 1]. Default: 1."),
+        click.option("--option", "-o", "options", multiple=True, help="Method hyper-parameter, KEY=VALUE."),
+        click.option("--stats", "stats_path", type=click.Path(path_type=Path), default=None,
+                     help="Also write the decoding statistics as JSON."),
+        click.option("--progress/--no-progress", default=True, show_default=True),
+    ]
+
+    def apply(f):
+        for option in reversed(shared):
+            f = option(f)
+        return f
+    return apply
+
+
 @main.command()
 @click.argument("prompts", nargs=-1)
-@click.option("--model", "model_spec", default="default", show_default=True,
-              help="'default' (embedded emoji model), 'random' (random weights), or FAMILY:PATH.")
-@click.option("--device", default=None, help="cpu, cuda, cuda:1 ... (default: cuda if available).")
-@click.option("--method", default="sjd", show_default=True, help="Method preset (see `jacobigen methods`).")
-@click.option("--window", default=32, show_default=True, type=click.IntRange(min=1),
-              help="Tokens in flight per iteration (at most the image's tokens + 4096).")
-@click.option("--seed", default=0, show_default=True, type=click.IntRange(0, MAX_SEED),
-              help="Image i gets seed SEED + i.")
+@decoding_options("default", "'default' (embedded emoji model), 'random' (random weights), or FAMILY:PATH.")
 @click.option("--num-images", default=1, show_default=True, type=click.IntRange(1, MAX_IMAGES),
               help="Images per prompt.")
-@click.option("--batch-size", type=click.IntRange(min=1), default=None,
-              help="Images decoded together (default: all that fit in half the free memory); finished rows "
-                   "take the next prompt.")
-@click.option("--cfg", type=Finite(), default=None,
-              help=f"Classifier-free guidance scale (1: none). Default: the model's own (the default model "
-                   f"samples with {DEFAULTS}; random with cfg 1, temperature 1, all ids).")
-@click.option("--temperature", type=Finite(0, lo_open=True), default=None,
-              help="Softmax temperature, > 0 (smaller: sharper). Default: the model's own (1 for the default model).")
-@click.option("--top-k", type=click.IntRange(min=1), default=None,
-              help="Sample among the K most likely image ids. Default: the model's own (200 for the default model; "
-                   "all for random).")
-@click.option("--top-p", type=Finite(0, 1, lo_open=True), default=None,
-              help="Sample among the most likely ids holding this much probability, in (0, 1]. Default: 1.")
-@click.option("--option", "-o", "options", multiple=True, help="Method hyper-parameter, KEY=VALUE.")
 @click.option("--out", type=click.Path(path_type=Path), default=None,
               help="Image to write, a grid when several; its extension names the format.  [default: out.png]")
 @click.option("--size", default=256, show_default=True, type=click.IntRange(8, MAX_SIZE),
               help="Width in pixels of each image in the PNG.")
-@click.option("--stats", "stats_path", type=click.Path(path_type=Path), default=None,
-              help="Also write the decoding statistics as JSON.")
 @click.option("--prompts", "prompts_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="File with one prompt per line: one PNG + JSON record per image in --out-dir; "
                    "a rerun skips finished images.")
@@ -200,7 +214,6 @@ def main(debug):
 @click.option("--ray", "use_ray", is_flag=True, help="Fan the images out to Ray workers.")
 @click.option("--address", default=None, help="Ray cluster address (default: start a local instance).")
 @click.option("--workers", default=2, show_default=True, type=click.IntRange(1, 1024), help="Ray workers.")
-@click.option("--progress/--no-progress", default=True, show_default=True)
 @click.option("--trace", is_flag=True,
               help="Also write OUT's stem + .trace.png: which iteration committed each token, per image.")
 @THREADS
@@ -275,24 +288,42 @@ def _load(model_spec, device, threads, trust_checkpoint=False):
     return pipe
 
 
+def _images_only(pipe):
+    """``generate`` writes images: a clip model is pointed to ``generate-video``."""
+    from .layout import VideoLayout
+
+    if isinstance(pipe.layout, VideoLayout):
+        raise ConfigError(f"the {pipe.name} model makes clips: use `jacobigen generate-video`")
+    return pipe
+
+
 def _generate_sheet(prompts, model, num_images, seed, out, fmt, size, stats_path, progress, threads, trace,
                     gen_options):
     """One sheet of images in ``out`` (and the statistics in ``stats_path``, the acceptance maps
     beside ``out`` with ``trace``); ``model`` is (spec, device, trust_checkpoint)."""
-    pipe = _load(*model[:2], threads, model[2])
+    pipe = _images_only(_load(*model[:2], threads, model[2]))
     texts = [p for p in prompts for _ in range(num_images)]
     seeds = image_seeds(seed, len(texts))
     gen, images = pipe.generate(texts, seed=seeds, progress=progress, **gen_options)
     buf = io.BytesIO()
     image_grid(images, size).save(buf, format=fmt)
     atomic_write(out, buf.getvalue())
+    _report(pipe, gen, texts, seeds, gen_options["window"], out, stats_path, trace)
+
+
+def _report(pipe, gen, texts, seeds, window, out, stats_path, trace) -> None:
+    """The stats line (NFE, step compression, wall time, tree), the statistics JSON and, with
+    ``trace``, the acceptance maps beside ``out`` (a clip's frames side by side)."""
+    from .layout import VideoLayout
+
     s = gen.stats
     ar_nfe = pipe.layout.length  # AR: one forward per generated token, the first from the prefill
     per_seq = sum(s.sequence_nfe) / len(s.sequence_nfe)
     kind = "lossless" if gen.method.lossless else "lossy"
-    window = gen_options["window"] if gen.method.window is None else gen.method.window
+    window = window if gen.method.window is None else gen.method.window
+    what = "clip(s)" if isinstance(pipe.layout, VideoLayout) else "image(s)"
     click.echo(f"method: {gen.method.name} ({kind}), window {window}")
-    click.echo(f"NFE: {s.nfe} forward passes for {len(texts)} image(s); per image {per_seq:.1f} vs "
+    click.echo(f"NFE: {s.nfe} forward passes for {len(texts)} {what}; per {what[:-3]} {per_seq:.1f} vs "
                f"{ar_nfe} for AR -> step compression {s.step_compression(ar_nfe):.2f}x")
     split = "" if s.forward_time is None else \
         f" (model forward {s.forward_time:.2f} s, other {s.overhead_time:.2f} s)"
@@ -307,8 +338,60 @@ def _generate_sheet(prompts, model, num_images, seed, out, fmt, size, stats_path
     if trace:
         trace_path = out.with_name(out.stem + ".trace.png")
         titles = [f"{t} (seed {sd}): {n} passes" for t, sd, n in zip(texts, seeds, s.sequence_nfe, strict=True)]
-        extras.plots().plot_acceptance(list(pipe.layout.grid(s.when)), titles, trace_path)
+        extras.plots().plot_acceptance(list(pipe.layout.tiled(s.when)), titles, trace_path)
         click.echo(f"wrote {trace_path}")
+
+
+CLIP_FORMATS = {".gif": "GIF", ".png": "PNG", ".apng": "PNG", ".webp": "WEBP"}   # animated, by Pillow
+MAX_CLIPS = 64                # clips in one --out file (tiled per frame)
+
+
+@main.command("generate-video")
+@click.argument("prompts", nargs=-1, required=True)
+@decoding_options("emoji-video", "'emoji-video' (embedded animated emoji, not trained yet), 'random-video' "
+                                 "(random weights), or cosmos:DIR.")
+@click.option("--frames", type=click.IntRange(1, 1024), default=None,
+              help="Frames per clip (default: the model's own; Cosmos' is fixed by its checkpoint).")
+@click.option("--num-clips", default=1, show_default=True, type=click.IntRange(1, MAX_CLIPS), help="Clips per prompt.")
+@click.option("--out", type=click.Path(path_type=Path), default=Path("clip.gif"), show_default=True,
+              help="Animated .gif, .png (APNG) or .webp; several clips are tiled in every frame.")
+@click.option("--size", default=128, show_default=True, type=click.IntRange(8, MAX_SIZE),
+              help="Width in pixels of each clip.")
+@click.option("--fps", default=4.0, show_default=True, type=Finite(0.1, 100), help="Frames per second.")
+@click.option("--trace", is_flag=True,
+              help="Also write OUT's stem + .trace.png: which iteration committed each token, a clip's frames "
+                   "side by side.")
+@THREADS
+@TRUST
+def generate_video(prompts, model_spec, device, method, window, seed, batch_size, cfg, temperature, top_k, top_p,
+                   options, stats_path, progress, frames, num_clips, out, size, fps, trace, threads, trust_checkpoint):
+    """Generate clips for PROMPTS with any method and report how many forward passes it took."""
+    options = options_of(options)
+    sampling = {k: v for k, v in dict(cfg=cfg, temperature=temperature, top_k=top_k, top_p=top_p).items()
+                if v is not None}
+    n = len(prompts) * num_clips
+    if n > MAX_CLIPS:
+        raise click.BadParameter(f"{len(prompts)} prompt(s) x {num_clips} make {n} clips, more than one file holds "
+                                 f"({MAX_CLIPS})", param_hint="--num-clips")
+    if out.suffix.lower() not in CLIP_FORMATS:
+        raise BadInput(f"--out {out}: write an animated {', '.join(CLIP_FORMATS)} file")
+    check_writable(out, "--out")
+    if stats_path:
+        check_writable(stats_path, "--stats")
+    if trace:
+        extras.plots()  # before any clip is generated
+    seeds = check_seeds(seed, n)
+    check_method(method, window, options)
+    pipe = _load(model_spec, device, threads, trust_checkpoint).with_frames(frames)
+    texts = [p for p in prompts for _ in range(num_clips)]
+    gen, clips = pipe.generate(texts, seed=seeds, progress=progress, method=method, window=window,
+                               batch_size=batch_size, **options, **sampling)
+    sheets = [image_grid(list(frame), size) for frame in zip(*clips, strict=True)]
+    buf = io.BytesIO()
+    sheets[0].save(buf, format=CLIP_FORMATS[out.suffix.lower()], save_all=True, append_images=sheets[1:],
+                   duration=round(1000 / fps), loop=0)
+    atomic_write(out, buf.getvalue())
+    _report(pipe, gen, texts, seeds, window, out, stats_path, trace)
 
 
 def _generate_jobs(texts, model, num_images, seed, out_dir, chunk, use_ray, address, workers,
@@ -350,7 +433,7 @@ def _generate_jobs(texts, model, num_images, seed, out_dir, chunk, use_ray, addr
     else:
         from .jobs import run_local
 
-        pipe = _load(model_spec, device, threads, trust_checkpoint)
+        pipe = _images_only(_load(model_spec, device, threads, trust_checkpoint))
         run_local(pipe, jobs, outputs, batch_size, chunk, on_result=lambda job, rec: bar.update(1), **gen_options)
     bar.close()
     wall = time.perf_counter() - t0
@@ -397,6 +480,9 @@ def _variants(ctx, param, value):
               help="Comma-separated windows; 'auto' picks one per method from this device's costs.")
 @click.option("--prompts", "n_prompts", default=2, show_default=True, type=int,
               help="How many of the model's example prompts to use.")
+@click.option("--prompt", "prompt_texts", multiple=True,
+              help="A prompt to run instead of the example prompts (repeatable; a Cosmos prompt is its .npy "
+                   "of condition tokens).")
 @click.option("--seeds", "n_seeds", default=1, show_default=True, type=int)
 @click.option("--fid", "n_fid", default=0, show_default=True, type=click.IntRange(min=0),
               help="Images per row for FID vs ar and vs held-out data (0: off; needs jacobigen[eval]).")
@@ -410,8 +496,8 @@ def _variants(ctx, param, value):
               help="Also run the bench with the model forward under torch.compile(dynamic=True), in "
                    "OUT/threads-N-compiled/, compared against compiled ar and the compiled plain loop.")
 @TRUST
-def bench(model_spec, device, method_names, windows, n_prompts, n_seeds, n_fid, out_dir, thread_counts, use_compile,
-          trust_checkpoint):
+def bench(model_spec, device, method_names, windows, n_prompts, prompt_texts, n_seeds, n_fid, out_dir, thread_counts,
+          use_compile, trust_checkpoint):
     """Compare methods on the same prompts and seeds; write bench.json and bench.md."""
     from .bench import run_fid, run_settings, write_reports
     from .models import load_pipeline
@@ -426,9 +512,15 @@ def bench(model_spec, device, method_names, windows, n_prompts, n_seeds, n_fid, 
     pipe = load_pipeline(model_spec, device, trust_checkpoint)
     if pipe.note:
         click.echo(f"model: {pipe.name} ({pipe.note})")
-    prompts = (pipe.example_prompts * n_prompts)[:n_prompts]
+    prompts = list(prompt_texts) or (pipe.example_prompts * n_prompts)[:n_prompts]
+    if not prompts:
+        raise BadInput(f"the {pipe.name} model has no example prompts: give one or more --prompt")
     if n_fid:
         from .fid import network
+        from .layout import VideoLayout
+
+        if isinstance(pipe.layout, VideoLayout):
+            raise click.BadParameter(f"FID scores images; the {pipe.name} model makes clips", param_hint="--fid")
 
         network()  # fail before the timing runs when the eval extra is missing
     results = run_settings(pipe, thread_counts or [None], use_compile, method_names, windows, prompts,

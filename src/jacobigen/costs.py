@@ -60,7 +60,7 @@ def block_size(parts, layout) -> int:
     if parts.layout2d is None:
         return parts.window
     extra = parts.tree.added(parts.window - 1)[1] if parts.tree else 0
-    return parts.layout2d.segments(layout.rows, layout.cols) * (parts.window + extra)
+    return parts.layout2d.segments(layout.frames * layout.rows, layout.cols) * (parts.window + extra)
 
 
 def predicted_seconds_per_image(nfe: float, block: int, curve: dict[int, float]) -> float:

@@ -16,7 +16,7 @@ import torch
 
 from .api import make_decoder
 from .jacobi import Parts
-from .layout import ImageLayout
+from .layout import ImageLayout, VideoLayout
 from .model import Transformer, TransformerConfig
 from .sampling import SamplingConfig, TargetPipeline
 
@@ -38,6 +38,12 @@ def tiny_model(seed: int = 1, vocab: int = 8, sharpness: float = 2.0) -> Transfo
 
 def layout(eol: bool = True, rows: int = 2, cols: int = 3) -> ImageLayout:
     return ImageLayout(rows, cols, (0, 3), eol_id=3 if eol else None, end_id=4 if eol else None)
+
+
+def video_layout(frames: int = 2, rows: int = 1, cols: int = 3) -> VideoLayout:
+    """A tiny clip with every structural id: end of line (3), end of frame (8), end of clip (4);
+    its model needs ``tiny_model(vocab=9)``."""
+    return VideoLayout(rows, cols, (0, 3), eol_id=3, end_id=4, frames=frames, eof_id=8)
 
 
 @dataclass

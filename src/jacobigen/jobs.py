@@ -129,7 +129,7 @@ def render(pipe: Pipeline, jobs: list[Job], batch_size: int | None = None, **opt
         img.save(buf, format="PNG")
         out.append((buf.getvalue(), {**asdict(job), "method": gen.method.name, "lossless": gen.method.lossless,
                                      "sequence_nfe": nfe, "ar_nfe": pipe.layout.length,
-                                     "image_tokens": pipe.layout.rows * pipe.layout.cols,
+                                     "image_tokens": pipe.layout.cells,
                                      "batch_wall_time": s.wall_time, "batch_images": len(jobs),
                                      "worker_pid": os.getpid()}))
     return out

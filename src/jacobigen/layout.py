@@ -1,4 +1,5 @@
-"""Where an image's tokens sit in the generated sequence, and which of them are not free choices."""
+"""Where an image's (or a video's) tokens sit in the generated sequence, and which of them are not
+free choices."""
 
 from __future__ import annotations
 
@@ -33,20 +34,38 @@ class ImageLayout:
             if tok is not None and lo <= tok < hi:
                 raise ConfigError(f"{name}={tok} lies inside the image id range [{lo}, {hi})")
 
+    frames = 1          # an image is a one-frame clip: the methods below serve both layouts
+    eof_id = None
+
     @property
     def row_length(self) -> int:
         return self.cols + (self.eol_id is not None)
 
     @property
+    def frame_length(self) -> int:
+        """Tokens of one frame: its rows, then the end-of-frame id when the layout has one."""
+        return self.rows * self.row_length + (self.eof_id is not None)
+
+    @property
     def length(self) -> int:
         """Number of generated tokens, structural ones included."""
-        return self.rows * self.row_length + (self.end_id is not None)
+        return self.frames * self.frame_length + (self.end_id is not None)
+
+    @property
+    def cells(self) -> int:
+        """Free grid cells: the tokens the model chooses."""
+        return self.frames * self.rows * self.cols
 
     def forced(self, device=None) -> torch.Tensor:
         """Token id forced at each generated position, -1 where the model chooses."""
+        pos = torch.arange(self.length, device=device)
+        within = pos % self.frame_length
+        inside = pos < self.frames * self.frame_length
         out = torch.full((self.length,), -1, dtype=torch.int64, device=device)
         if self.eol_id is not None:
-            out[self.cols:self.rows * self.row_length:self.row_length] = self.eol_id
+            out[inside & (within < self.rows * self.row_length) & (within % self.row_length == self.cols)] = self.eol_id
+        if self.eof_id is not None:
+            out[inside & (within == self.rows * self.row_length)] = self.eof_id
         if self.end_id is not None:
             out[-1] = self.end_id
         return out
@@ -60,7 +79,60 @@ class ImageLayout:
         mask[lo:hi] = True
         return mask
 
+    def frame_grids(self, tokens: torch.Tensor) -> torch.Tensor:
+        """The cells [..., frames, rows, cols] of generated sequences [..., length]."""
+        lead = tokens.shape[:-1]
+        body = tokens[..., :self.frames * self.frame_length].reshape(*lead, self.frames, self.frame_length)
+        rows = body[..., :self.rows * self.row_length].reshape(*lead, self.frames, self.rows, self.row_length)
+        return rows[..., :self.cols]
+
     def grid(self, tokens: torch.Tensor) -> torch.Tensor:
         """The image cells [..., rows, cols] of generated sequences [..., length]."""
-        body = tokens[..., :self.rows * self.row_length]
-        return body.reshape(*tokens.shape[:-1], self.rows, self.row_length)[..., :self.cols]
+        return self.frame_grids(tokens)[..., 0, :, :]
+
+    def tiled(self, tokens: torch.Tensor) -> torch.Tensor:
+        """The cells [..., rows, frames * cols] of generated sequences: frames side by side (an
+        acceptance map of a clip shows where whole frames were copied)."""
+        cells = self.frame_grids(tokens)
+        return cells.transpose(-3, -2).reshape(*cells.shape[:-3], self.rows, self.frames * self.cols)
+
+    def lines(self, device=None) -> Lines:
+        """The grid's rows in raster order, frame after frame (what PJD runs in parallel)."""
+        f, r = torch.meshgrid(torch.arange(self.frames, device=device), torch.arange(self.rows, device=device),
+                              indexing="ij")
+        f, r = f.flatten(), r.flatten()
+        length = torch.full_like(f, self.row_length)
+        length += (r == self.rows - 1) & (self.eof_id is not None)
+        length[-1] += self.end_id is not None
+        return Lines(f * self.frame_length + r * self.row_length, length, (r == 0) & (f > 0))
+
+
+@dataclass(frozen=True)
+class Lines:
+    """Rows of a layout as spans of the generated sequence: a row owns its cells, its end-of-line id
+    and the end ids that close it (end of frame, end of the whole sequence), so the spans tile it."""
+
+    start: torch.Tensor        # [N] raster position of each row's first cell
+    length: torch.Tensor       # [N] tokens it owns
+    opens_frame: torch.Tensor  # [N] first row of a frame after the first: no row above it in its frame
+
+
+@dataclass(frozen=True)
+class VideoLayout(ImageLayout):
+    """``frames`` images of rows x cols in a row, each followed by the end-of-frame id ``eof_id``
+    when there is one; ``end_id`` closes the clip. Grids are [..., frames, rows, cols]."""
+
+    frames: int = 1
+    eof_id: int | None = None
+
+    def __post_init__(self):
+        super().__post_init__()
+        lo, hi = self.image_ids
+        if isinstance(self.frames, bool) or not isinstance(self.frames, int) or self.frames < 1:
+            raise ConfigError(f"a video layout needs at least one frame, got {self.frames!r}")
+        if self.eof_id is not None and lo <= self.eof_id < hi:
+            raise ConfigError(f"eof_id={self.eof_id} lies inside the image id range [{lo}, {hi})")
+
+    def grid(self, tokens: torch.Tensor) -> torch.Tensor:
+        """The clip's cells [..., frames, rows, cols] of generated sequences [..., length]."""
+        return self.frame_grids(tokens)

@@ -15,7 +15,7 @@ from .contract import default_device
 from .errors import ConfigError
 from .layout import ImageLayout
 from .model import load_transformer
-from .pipeline import Pipeline, random_pipeline
+from .pipeline import Pipeline, random_pipeline, random_video_pipeline
 
 WEIGHTS = Path(__file__).parent / "weights"
 EMBEDDED_PROMPTS = ["red heart", "grinning face", "red apple", "blue car", "sun", "green tree",
@@ -85,8 +85,8 @@ def weights_id(spec: str) -> str:
         for name in ("ar.safetensors", "vq.safetensors"):
             digest.update((WEIGHTS / name).read_bytes())
         return f"sha256:{digest.hexdigest()[:16]}"
-    if spec == "random":
-        return "random:seed=0"
+    if spec in ("random", "random-video"):
+        return f"{spec}:seed=0"
     return spec
 
 
@@ -100,13 +100,19 @@ def weights_provenance(spec: str) -> dict[str, str] | str:
 
 
 def load_pipeline(spec: str = "default", device: str | None = None, trust_checkpoint: bool = False) -> Pipeline:
-    """``default``/``emoji`` (shipped), ``random``, or ``FAMILY:PATH`` for a real model family.
+    """``default``/``emoji`` (shipped), ``random``, ``random-video`` (a clip model), or ``FAMILY:PATH``
+    for a real model family.
     ``device=None`` picks CUDA when available; an unavailable device is a :class:`ConfigError`.
     ``trust_checkpoint`` lets a family read pickled checkpoints that hold Python objects
     (unpickling them can run code)."""
     device = resolve_device(device)
     if spec == "random":
         return random_pipeline(device=device)
+    if spec == "random-video":
+        return random_video_pipeline(device=device)
+    if spec == "emoji-video":
+        raise ConfigError("the embedded animated-emoji model is not trained yet (issue 16): use --model random-video "
+                          "to try the video tools, or cosmos:DIR for Cosmos-1.0-Autoregressive weights")
     if spec in ("default", "emoji"):
         return embedded_pipeline(device=device)
     family, _, path = spec.partition(":")
@@ -114,5 +120,5 @@ def load_pipeline(spec: str = "default", device: str | None = None, trust_checkp
 
     if family.lower() in FAMILIES and path:
         return load_family(family, path, device, trust_checkpoint)
-    raise ConfigError(f"unknown model {spec!r}: use 'default', 'random' or FAMILY:PATH with FAMILY "
+    raise ConfigError(f"unknown model {spec!r}: use 'default', 'random', 'random-video' or FAMILY:PATH with FAMILY "
                       f"one of {', '.join(sorted(FAMILIES))}")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import torch
@@ -17,7 +17,7 @@ from PIL import Image
 from .api import Generation, generate
 from .contract import ImageModel
 from .errors import ConfigError, PromptWarning
-from .layout import ImageLayout
+from .layout import ImageLayout, VideoLayout
 from .model import Transformer, TransformerConfig
 
 PROMPT_BYTES = 48     # the random model's prompt bytes, as the embedded model's
@@ -30,7 +30,7 @@ class Pipeline:
     layout: ImageLayout
     encode: Callable[[str], list[int]]           # text prompt -> conditional prompt tokens
     uncond: list[int]                            # unconditional prompt for CFG
-    decode: Callable[[torch.Tensor], list[Image.Image]]   # grids [B, rows, cols] -> images
+    decode: Callable[[torch.Tensor], list]       # grids [B, rows, cols] -> images ([B, F, R, C] -> frames per clip)
     defaults: dict = field(default_factory=dict)  # recommended sampling (cfg, temperature, top_k...)
     note: str = ""                               # shown to users (e.g. "random weights")
     example_prompts: list[str] = field(default_factory=lambda: ["red heart", "blue car", "smiling face",
@@ -38,6 +38,19 @@ class Pipeline:
     # held-out (captions, images) to measure FID against data; None when the model ships none
     reference: Callable[[], tuple[list[str], list[Image.Image]]] | None = None
     prompt_bytes: int | None = None              # UTF-8 bytes of a prompt the encoder reads (None: all)
+    max_frames: int | None = None                # a video model's longest clip (None: its layout's frames only)
+
+    def with_frames(self, frames: int | None) -> Pipeline:
+        """The same video model making clips of ``frames`` frames (None: its own number)."""
+        lay = self.layout
+        if not isinstance(lay, VideoLayout):
+            raise ConfigError(f"the {self.name} model makes images, not clips: use `jacobigen generate`")
+        if frames is None or frames == lay.frames:
+            return self
+        if self.max_frames is None or not 1 <= frames <= self.max_frames:
+            can = f"1 to {self.max_frames}" if self.max_frames else f"exactly {lay.frames}"
+            raise ConfigError(f"--frames {frames}: the {self.name} model makes clips of {can} frames")
+        return replace(self, layout=replace(lay, frames=frames))
 
     def texts(self, prompts) -> list[str]:
         """``prompts`` (one text or a list) checked: a :class:`ConfigError` for anything but text, a
@@ -69,6 +82,36 @@ def palette_decode(grids: torch.Tensor, image_ids: tuple[int, int]) -> list[Imag
     return [Image.fromarray(colours[g - lo]) for g in grids.cpu().numpy()]
 
 
+def random_video_pipeline(seed: int = 0, frames: int = 4, side: int = 8, codes: int = 1024, max_frames: int = 8,
+                          device: str = "cpu") -> Pipeline:
+    """A random-weight clip model with every structural token (end of line, frame and clip): for
+    trying the video tools, not for pictures."""
+    torch.manual_seed(seed)
+    eol, boi, bos, eof, end = range(codes, codes + 5)
+    layout = VideoLayout(side, side, (0, codes), eol_id=eol, end_id=end, header=(boi,), frames=frames, eof_id=eof)
+    cfg = TransformerConfig(vocab_size=codes + 5 + 256, dim=128, n_layers=4, n_heads=4,
+                            max_seq_len=64 + replace(layout, frames=max_frames).length)
+
+    def encode(text: str) -> list[int]:
+        return [bos, *(codes + 5 + b for b in text.encode()[:PROMPT_BYTES])]
+
+    model = _peaked(Transformer(cfg))
+    return Pipeline("random-video", model.to(device).eval(), layout, encode, [bos],
+                    lambda g: [palette_decode(clip, layout.image_ids) for clip in g],
+                    note="random weights: clips are noise, for trying the tools", prompt_bytes=PROMPT_BYTES,
+                    max_frames=max_frames)
+
+
+def _peaked(model: Transformer) -> Transformer:
+    """Fan-in scaled weights: peaked, context-dependent next-token laws."""
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() == 2:
+                p.normal_(0, p.shape[1] ** -0.5)
+        model.embed.weight.normal_(0, 1.0)
+    return model
+
+
 def random_pipeline(seed: int = 0, rows: int = 16, cols: int = 16, codes: int = 1024, device: str = "cpu") -> Pipeline:
     """A random-weight model with a realistic layout: for trying the tools, not for pictures."""
     torch.manual_seed(seed)
@@ -80,12 +123,7 @@ def random_pipeline(seed: int = 0, rows: int = 16, cols: int = 16, codes: int = 
     def encode(text: str) -> list[int]:
         return [bos, *(codes + 3 + b for b in text.encode()[:PROMPT_BYTES])]
 
-    model = Transformer(cfg)
-    with torch.no_grad():  # fan-in scaled weights: peaked, context-dependent next-token laws
-        for p in model.parameters():
-            if p.dim() == 2:
-                p.normal_(0, p.shape[1] ** -0.5)
-        model.embed.weight.normal_(0, 1.0)
+    model = _peaked(Transformer(cfg))
     return Pipeline("random", model.to(device).eval(), layout, encode, [bos],
                     lambda g: palette_decode(g, layout.image_ids),
                     note="random weights: images are noise, for trying the tools; --model default draws emoji",

@@ -1,9 +1,12 @@
 """PJD: row-parallel 2-D Jacobi decoding, a layout part (docs/DESIGN.md §4.4).
 
 The image is R rows of ``RL`` tokens (C cells, plus the forced end-of-line token when the layout has
-one; the end-of-image token is the tail of the last row). Row r joins once the row above holds
-``c`` committed tokens (``c >= C`` means: once the row above is complete, EOL included, so that
-only one row is ever in flight and PJD is exact SJD with windows cut at row ends).
+one; the end-of-image token is the tail of the last row). A video is its frames' rows one after the
+other (a frame's end-of-frame token is the tail of its last row). Row r joins once the row above
+holds ``c`` committed tokens (``c >= C`` means: once the row above is complete, EOL included, so that
+only one row is ever in flight and PJD is exact SJD with windows cut at row ends); the first row of
+a frame has no row above it in its frame and joins once the frame before is complete, so rows run
+in parallel within a frame only.
 
 One iteration forwards one block made of *segments*, one per row in flight, lowest row first:
 ``[anchor, d_1 .. d_w]``. The anchor is the token just before the row's first uncommitted cell:
@@ -136,25 +139,25 @@ class Rows:
     is verified exactly, lower rows keep their accepted prefix."""
 
     def __init__(self, layout, window: int, tree, plan: RowParallel, targets, device):
-        dev, rows, rl = device, layout.rows, layout.row_length
+        lines = layout.lines(device)
         self.layout, self.targets, self.device, self.tree = layout, targets, device, tree
+        self.nrows = rows = lines.start.shape[0]
         self.wd = window - 1
         if tree and tree.budget == "auto":
             raise ConfigError("tree_budget=auto sizes a tree inside the 1-D window; PJD's rows take a number or 'full'")
         self.context = plan.context_for(layout.cols)
         self.segments_max = plan.segments(rows, layout.cols)
-        self.row_start = torch.arange(rows, device=dev) * rl
-        self.row_len = torch.full((rows,), rl, device=dev)
-        self.row_len[-1] += layout.end_id is not None
-        pos = torch.arange(layout.length, device=dev)
-        self.pos_row = (pos // rl).clamp(max=rows - 1)          # the end token belongs to the last row
-        self.pos_col = pos - self.pos_row * rl
-        need = torch.full((rows,), self.context, device=dev)
+        self.row_start, self.row_len = lines.start, lines.length
+        # the rows' spans tile the sequence: the end-of-frame and end tokens belong to the row they close
+        self.row_of = torch.repeat_interleave(torch.arange(rows, device=device), lines.length)
+        self.pos_col = torch.arange(layout.length, device=device) - self.row_start[self.row_of]
+        # a frame's first row has no row above it in its frame: it waits for the frame before to complete
+        need = torch.full((rows,), self.context, device=device)
         if self.context >= layout.cols:
             need[1:] = self.row_len[:-1]
+        need[1:] = torch.where(lines.opens_frame[1:], self.row_len[:-1], need[1:])
         need[0] = 0
         self.need = need
-        self.row_of = (torch.arange(layout.length, device=dev) // rl).clamp(max=rows - 1)
 
     def levels(self, w: int) -> int:
         """Depths with sibling candidates in a segment of w drafts (0: no tree)."""
@@ -178,10 +181,10 @@ class Rows:
 
     def settled(self, fl: Flight) -> torch.Tensor:
         """Committed positions [B, length]: a prefix of each image row."""
-        return self.pos_col < self.cnt[:, self.pos_row]
+        return self.pos_col < self.cnt[:, self.row_of]
 
     def start(self, rows: int, vocab: int, cache) -> None:
-        dev, a, nrows = self.device, self.segments_max, self.layout.rows
+        dev, a, nrows = self.device, self.segments_max, self.nrows
         self.cnt = self.row_len.repeat(rows, 1)                 # free rows count as complete
         self.uncached = torch.zeros(rows, nrows, dtype=torch.bool, device=dev)
         self.slot_pos = torch.full((cache.rows, cache.capacity), self.layout.length, device=dev)
@@ -356,7 +359,7 @@ class Rows:
         apos = plan.anchor_pos[:, :a_t]
         kept_tails = torch.zeros_like(self.cnt)
         kept_tails.scatter_add_(1, self.row_of[apos.clamp(min=0)], plan.shared[:, :a_t].long())
-        top = torch.nn.functional.one_hot(plan.top.clamp(max=self.layout.rows - 1), self.layout.rows).bool()
+        top = torch.nn.functional.one_hot(plan.top.clamp(max=self.nrows - 1), self.nrows).bool()
         self.uncached = (self.uncached & (kept_tails == 0)) | (top & plan.live[:, None])
         self.cnt = self.cnt.scatter_add(1, plan.rows[:, :a_t], step)
         self.memory = Memory(plan.rows[:, 0], plan.window, plan.cnt, torch.where(plan.in_block, plan.w, -1),

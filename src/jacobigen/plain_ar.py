@@ -3,7 +3,7 @@
 It calls the documented model interface (``model(tokens, positions, mask, cache)``) and nothing
 else of jacobigen's decoding code: prefill the prompt (and the unconditional prompt for CFG,
 left-padded to the same length), then one token per forward, each through CFG -> allowed ids ->
-temperature -> top-k -> multinomial, forced end-of-line/end-of-image tokens written without
+temperature -> top-k -> top-p -> multinomial, forced end-of-line/end-of-image tokens written without
 sampling (the model is still run on them, as an AR loop must). That is ``layout.length`` forwards:
 the prefill gives the first token, one more forward each further token. It shares no code with
 the engine on purpose. ``jacobigen bench`` times it beside ``ar`` and reports every latency speedup
@@ -23,7 +23,8 @@ from .contract import model_device
 
 @torch.inference_mode()
 def plain_ar(model, layout, prompt: list[int], uncond: list[int] | None = None, cfg: float = 1.0,
-             temperature: float = 1.0, top_k: int | None = None, seed: int = 0) -> torch.Tensor:
+             temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None,
+             seed: int = 0) -> torch.Tensor:
     """Sample one image's generated tokens [layout.length] for one prompt."""
     device = model_device(model)
     gen = torch.Generator(device=device).manual_seed(seed)
@@ -62,11 +63,14 @@ def plain_ar(model, layout, prompt: list[int], uncond: list[int] | None = None, 
             else:
                 x = x[0]
             x = x / temperature
+            ids = torch.arange(x.numel(), device=device)
             if top_k is not None and top_k < x.numel():
-                v, idx = x.topk(top_k)
-                tok = lo + idx[torch.multinomial(v.softmax(-1), 1, generator=gen)[0]]
-            else:
-                tok = lo + torch.multinomial(x.softmax(-1), 1, generator=gen)[0]
+                x, ids = x.topk(top_k)
+            probs = x.softmax(-1)
+            if top_p is not None and top_p < 1:     # keep the most likely ids until their mass reaches top_p
+                ranked, order = probs.sort(descending=True)
+                probs = torch.zeros_like(probs).scatter(0, order, ranked * (ranked.cumsum(0) - ranked < top_p))
+            tok = lo + ids[torch.multinomial(probs, 1, generator=gen)[0]]
         out[i] = tok
         if i + 1 == layout.length:
             break

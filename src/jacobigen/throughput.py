@@ -30,7 +30,7 @@ def run_throughput(pipe: Pipeline, methods: list[str], batch_sizes: list[int], n
     info = environment(pipe.model, model_spec)
     prompts = (pipe.example_prompts * n_images)[:n_images]
     seeds = image_seeds(0, n_images)
-    image_tokens = pipe.layout.rows * pipe.layout.cols
+    image_tokens = pipe.layout.cells
     for m in methods:                        # warm-up: one-time costs (kernels, neighbour tables)
         get_method(m)
         pipe.generate(prompts[0], method=m, window=window, seed=0, **sampling)

@@ -15,6 +15,7 @@ from importlib import import_module
 from ..errors import ConfigError
 
 FAMILIES = {"chameleon": "chameleon", "lumina-mgpt": "chameleon", "lumina": "chameleon", "anole": "anole",
+            "cosmos": "cosmos",
             "janus": "janus", "janus-pro": "janus", "emu3": "emu3", "llamagen": "llamagen"}
 OPTIONS = {"size": "image side in pixels"}
 
