@@ -54,7 +54,7 @@ def test_an_overlong_prompt_is_warned_about(tmp_path):
     res = CliRunner().invoke(main, ["generate", "a" * 100_000, "--model", "random", "--method", "ar",
                                     "--no-progress", "--out", str(tmp_path / "long.png")])
     assert res.exit_code == 0, res.output
-    assert "warning: prompt 'aaaa" in res.output and "is 100000 bytes; the random model reads only its first 48" \
+    assert "warning: prompt 'aaaa" in res.output and "the random model reads only the first 48 of its 100000 bytes" \
         in res.output
 
 

@@ -41,7 +41,7 @@ def test_vq_round_trip_keeps_psnr():
 
 
 def test_missing_weights_name_the_file(tmp_path):
-    with pytest.raises(WeightsError, match="vq.safetensors"):
+    with pytest.raises(WeightsError, match="no ar.safetensors"):
         embedded_pipeline(tmp_path)
 
 

@@ -17,6 +17,7 @@ import torch
 from common import DATA, WEIGHTS, add_cpu_args, load_split
 from train_ar import Batches, mean_code_ce
 
+from jacobigen import embedded as E
 from jacobigen.model import load_transformer
 
 
@@ -27,6 +28,8 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     model = load_transformer(WEIGHTS / "ar.safetensors")
     captions = json.loads((DATA / "captions.json").read_text())
+    keywords = json.loads((DATA / "keywords.json").read_text())
+    reader = E.captions_for(WEIGHTS)
     tokens = np.load(DATA / "tokens.npy")
     split = load_split()
     rng = np.random.default_rng(0)
@@ -35,7 +38,8 @@ def main() -> None:
     for subset, indices in subsets.items():
         losses = []
         for drop in (0.0, 1.0):
-            data = Batches(tokens, tokens, captions, indices, drop_caption=drop, flip=False)  # no flipped grids needed
+            data = Batches(tokens, tokens, captions, keywords, reader, indices, drop_caption=drop,
+                           train=False)  # names as captions, no flips
             with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.bf16):
                 losses.append(mean_code_ce(model, data))
         print(f"{subset} code CE: captioned {losses[0]:.4f}, unconditional {losses[1]:.4f}, "

@@ -8,6 +8,8 @@ Downloads pinned npm packages (cached in data/raw/), renders every emoji to a
   data/sources.json   list[str], source id per image (keys of SOURCES)
   data/split.json     {"train": [...], "test": [...], "rule": "..."}
   data/licences.json  SOURCES, for the model card
+  data/keywords.json  per image: CLDR keywords, group and subgroup words (emojibase-data), so
+                      captions can vary and share words across emoji
 
 The test split holds out whole emoji *names* (skin-tone variants grouped with
 their base), so an emoji seen in one style is never tested in another style.
@@ -63,6 +65,14 @@ SOURCES = {
         "url": "https://github.com/microsoft/fluentui-emoji",
         "attribution": "Fluent Emoji by Microsoft Corporation, MIT License.",
     },
+}
+
+KEYWORDS = {
+    "npm": "emojibase-data@17.0.0",
+    "data": "Emojibase: CLDR emoji names, keywords, groups and subgroups",
+    "licence": "MIT (data derived from Unicode CLDR, Unicode License v3)",
+    "url": "https://emojibase.dev",
+    "attribution": "Emojibase data by Miles Johnson, MIT License; CLDR annotations, Unicode License v3.",
 }
 
 SKIN_TONES = {
@@ -215,6 +225,29 @@ def is_test(caption: str) -> bool:
     return int.from_bytes(digest[:4], "big") / 2**32 < TEST_FRACTION
 
 
+def keyword_table(emojibase: Tarball) -> dict[str, dict]:
+    """Emoji name (skin tones removed) -> its keywords, group and subgroup, as lowercase words."""
+    messages = emojibase.json("en/messages.json")
+    groups = {g["order"]: g["key"].replace("-", " ") for g in messages["groups"]}
+    subgroups = {g["order"]: g["key"].replace("-", " ") for g in messages["subgroups"]}
+    table = {}
+    for e in emojibase.json("en/data.json"):
+        if "group" in e:
+            table[split_group(clean_caption(e["label"]))] = {
+                "tags": sorted({clean_caption(t) for t in e.get("tags", [])}),
+                "group": groups[e["group"]], "subgroup": subgroups.get(e.get("subgroup"), "")}
+    return table
+
+
+def write_keywords(out: Path, captions: list[str]) -> None:
+    """data/keywords.json: one entry per image (empty where emojibase does not know the name)."""
+    table = keyword_table(Tarball(npm_pack(KEYWORDS["npm"], out / "raw")))
+    empty = {"tags": [], "group": "", "subgroup": ""}
+    rows = [table.get(split_group(c), empty) for c in captions]
+    (out / "keywords.json").write_text(json.dumps(rows, ensure_ascii=False))
+    print(f"keywords for {sum(r is not empty for r in rows)} of {len(rows)} images")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=ROOT / "data")
@@ -255,7 +288,9 @@ def main() -> None:
     (args.out / "captions.json").write_text(json.dumps(captions, ensure_ascii=False))
     (args.out / "sources.json").write_text(json.dumps(sources))
     (args.out / "split.json").write_text(json.dumps(split))
-    (args.out / "licences.json").write_text(json.dumps({s: SOURCES[s] for s in args.sources}, indent=2))
+    (args.out / "licences.json").write_text(json.dumps({**{s: SOURCES[s] for s in args.sources},
+                                                        "keywords": KEYWORDS}, indent=2))
+    write_keywords(args.out, captions)
     print(f"total {len(images)} images; train {len(split['train'])}, test {len(test)}")
 
 

@@ -1,13 +1,16 @@
 """Train the embedded text-to-image AR transformer on VQ tokens; resumable.
 
-Token layout: jacobigen.embedded. Loss covers the image part only (codes, EOL,
-EOI); logged losses are per-token cross-entropy on image *codes*, train and
-held-out side by side. Every --export-minutes the held-out loss is measured and,
-if it improved, weights/ar.safetensors (fp16) is rewritten, so the shipped
-file is always the best-generalising model so far.
+Token layout: jacobigen.embedded. Captions vary per example (the emoji's name, name plus keywords,
+keywords alone, subgroup plus keywords: data/keywords.json), read as words of a vocabulary built
+from the training split. Loss covers the image part only (codes, EOL, EOI); logged losses are
+per-token cross-entropy on image *codes*, train and held-out (names as captions) side by side.
+Every --export-minutes the held-out loss is measured and, if it improved, the run's export folder
+(checkpoints/RUN/export: ar.safetensors fp16, words.json) is rewritten. Nothing is written into the
+package: training/ship.py copies an export there.
 
-Run: python training/train_ar.py      (rerun the same command to resume)
-Log: checkpoints/ar/train.log; checkpoint: checkpoints/ar/last.pt (+ last_opt.pt)
+Run: python training/train_ar.py --run ar_words --init src/jacobigen/weights/ar.safetensors
+     (rerun the same command to resume)
+Log: checkpoints/RUN/train.log; checkpoint: checkpoints/RUN/last.pt (+ last_opt.pt)
 """
 from __future__ import annotations
 
@@ -15,17 +18,18 @@ import argparse
 import json
 import re
 import time
+from collections import Counter
 from dataclasses import asdict
+from pathlib import Path
 
 import numpy as np
 import torch
 import torch.nn.functional as F
-from common import DATA, ROOT, WEIGHTS, Log, add_cpu_args, cosine_lr, load_split, save_atomic
+from common import DATA, ROOT, Log, add_cpu_args, cosine_lr, load_split, save_atomic
 
 from jacobigen import embedded as E
-from jacobigen.model import Transformer, TransformerConfig, save_transformer
+from jacobigen.model import Transformer, TransformerConfig, load_transformer, save_transformer
 
-CKPT_DIR = ROOT / "checkpoints" / "ar"
 IGNORE = -100
 # Mirroring these would teach mirrored text or wrong flags; they are never flipped.
 _NO_FLIP = re.compile(r"\b(flag|keycap|button|letter|digit|sign|symbol|squared|circled)\b")
@@ -35,24 +39,52 @@ def mirror_caption(caption: str) -> str:
     return re.sub(r"\b(left|right)\b", lambda m: "right" if m[1] == "left" else "left", caption)
 
 
+def caption_variant(name: str, keywords: dict, rng: np.random.Generator) -> str:
+    """One caption for an image: its name half the time, else up to three of its keywords with the
+    name, alone, or after the subgroup, so common words ("face", "red", "cat") recur across
+    hundreds of emoji. Images without keywords always get their name."""
+    tags = [t for t in keywords["tags"] if t != name]
+    r = rng.random()
+    if r < 0.5 or not tags:
+        return name
+    pick = " ".join(rng.choice(tags, size=rng.integers(1, min(3, len(tags)) + 1), replace=False))
+    if r < 0.7:
+        return f"{name} {pick}"
+    if r < 0.85 or not keywords["subgroup"]:
+        return pick
+    return f"{keywords['subgroup']} {pick}"
+
+
+def build_vocabulary(captions: list[str], keywords: list[dict], indices) -> list[str]:
+    """Every word the training split's captions can use (names, keywords, groups), most common first."""
+    counts = Counter()
+    for i in indices:
+        kw = keywords[i]
+        for text in (captions[i], mirror_caption(captions[i]), *kw["tags"], kw["subgroup"], kw["group"]):
+            counts.update(E.caption_words(text))
+    return [w for w, _ in counts.most_common()]
+
+
 class Batches:
     """Builds padded [B, T] token batches with image-only targets."""
 
-    def __init__(self, tokens: np.ndarray, flipped: np.ndarray, captions: list[str],
-                 indices: list[int], drop_caption: float, flip: bool):
-        self.tokens, self.flipped, self.captions = tokens, flipped, captions
-        self.indices = np.asarray(indices)
+    def __init__(self, tokens: np.ndarray, flipped: np.ndarray, captions: list[str], keywords: list[dict],
+                 reader: E.ByteCaptions | E.WordCaptions, indices: list[int], drop_caption: float, train: bool):
+        self.tokens, self.flipped, self.captions, self.keywords = tokens, flipped, captions, keywords
+        self.reader, self.indices, self.train = reader, np.asarray(indices), train
         self.drop_caption = drop_caption
-        self.flippable = np.array([flip and not _NO_FLIP.search(captions[i]) for i in indices])
+        self.flippable = np.array([train and not _NO_FLIP.search(captions[i]) for i in indices])
 
     def sequence(self, k: int, rng: np.random.Generator) -> tuple[list[int], int]:
-        """Sequence for the k-th example and the index of its BOI token."""
+        """Sequence for the k-th example and the index of its BOI token (held out: name, no flip)."""
         i = self.indices[k]
         caption, grid = self.captions[i], self.tokens[i]
+        if self.train:
+            caption = caption_variant(caption, self.keywords[i], rng)
         if self.flippable[k] and rng.random() < 0.5:
             caption, grid = mirror_caption(caption), self.flipped[i]
         prefix = (E.unconditional_tokens() if rng.random() < self.drop_caption
-                  else E.caption_tokens(caption))
+                  else self.reader.tokens(caption))
         return prefix + E.image_tokens(grid), len(prefix) - 1
 
     def make(self, ks, rng: np.random.Generator) -> tuple[torch.Tensor, torch.Tensor]:
@@ -96,12 +128,37 @@ def mean_code_ce(model: Transformer, data: Batches, bs: int = 32) -> float:
     return total / max(1, count)
 
 
-def export(model: Transformer, step: int, heldout: float) -> None:
-    WEIGHTS.mkdir(parents=True, exist_ok=True)
-    save_transformer(model, WEIGHTS / "ar.safetensors")
+def export(model: Transformer, words: E.WordCaptions, ckpt_dir: Path, step: int, heldout: float) -> None:
+    """The run's best model so far, as the package would ship it (training/ship.py copies it)."""
+    out = ckpt_dir / "export"
+    out.mkdir(parents=True, exist_ok=True)
+    save_transformer(model, out / "ar.safetensors")
+    (out / "words.json").write_text(json.dumps({"words": words.words}, ensure_ascii=False))
     info = {"step": step, "heldout_code_ce": heldout, "config": asdict(model.config),
             "params": sum(p.numel() for p in model.parameters())}
-    (CKPT_DIR / "best.json").write_text(json.dumps(info, indent=2))
+    (ckpt_dir / "best.json").write_text(json.dumps(info, indent=2))
+
+
+def initial_model(cfg: TransformerConfig, init: Path | None) -> Transformer:
+    """A fresh model, or one started from an exported model: every tensor copied, the token
+    embedding and output rows for the ids both vocabularies share (codes and structure tokens), new
+    word rows drawn at the scale of the old ones."""
+    model = Transformer(cfg)
+    if init is None:
+        return model
+    old = load_transformer(init).state_dict()
+    state = model.state_dict()
+    shared = E.UNK
+    with torch.no_grad():
+        for name, tensor in state.items():
+            src = old[name]
+            if src.shape == tensor.shape:
+                tensor.copy_(src)
+            else:  # vocabulary-sized rows
+                tensor.normal_(0, float(src.float().std()))
+                tensor[:shared] = src[:shared]
+    model.load_state_dict(state)
+    return model
 
 
 def main() -> None:
@@ -118,22 +175,28 @@ def main() -> None:
     ap.add_argument("--log-every", type=int, default=50)
     ap.add_argument("--ckpt-minutes", type=float, default=5)
     ap.add_argument("--export-minutes", type=float, default=20)
+    ap.add_argument("--warmup", type=int, default=300)
+    ap.add_argument("--run", default="ar_words", help="checkpoints/RUN holds the log, checkpoints, export")
+    ap.add_argument("--init", type=Path, help="start from this exported ar.safetensors (shape-matched)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    log = Log(CKPT_DIR / "train.log")
+    ckpt_dir = ROOT / "checkpoints" / args.run
+    log = Log(ckpt_dir / "train.log")
 
     split = load_split()
     captions = json.loads((DATA / "captions.json").read_text())
+    keywords = json.loads((DATA / "keywords.json").read_text())
     tokens, flipped = np.load(DATA / "tokens.npy"), np.load(DATA / "tokens_flip.npy")
-    train = Batches(tokens, flipped, captions, split["train"], args.drop_caption, flip=True)
-    test = Batches(tokens, flipped, captions, split["test"], 0.0, flip=False)
+    words = E.WordCaptions(build_vocabulary(captions, keywords, split["train"]))
+    train = Batches(tokens, flipped, captions, keywords, words, split["train"], args.drop_caption, train=True)
+    test = Batches(tokens, flipped, captions, keywords, words, split["test"], 0.0, train=False)
 
-    last, last_opt = CKPT_DIR / "last.pt", CKPT_DIR / "last_opt.pt"
+    last, last_opt = ckpt_dir / "last.pt", ckpt_dir / "last_opt.pt"
     ck = torch.load(last, map_location="cpu") if last.exists() else None
     cfg = (TransformerConfig(**ck["config"]) if ck else
-           TransformerConfig(vocab_size=E.VOCAB_SIZE, dim=args.dim, n_layers=args.layers,
-                             n_heads=args.heads, max_seq_len=E.MAX_SEQ_LEN))
-    model = Transformer(cfg)
+           TransformerConfig(vocab_size=words.vocab_size, dim=args.dim, n_layers=args.layers,
+                             n_heads=args.heads, max_seq_len=E.max_seq_len(words)))
+    model = initial_model(cfg, None if ck else args.init)
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": args.weight_decay},
@@ -148,7 +211,7 @@ def main() -> None:
     else:
         n = sum(p.numel() for p in model.parameters())
         log(f"start: {n / 1e6:.2f}M params, config {cfg}, train {len(train.indices)}, "
-            f"test {len(test.indices)}, {vars(args)}")
+            f"test {len(test.indices)}, {len(words.words)} words, {vars(args)}")
 
     def checkpoint() -> None:
         save_atomic(compact(opt.state_dict()), last_opt)
@@ -162,7 +225,7 @@ def main() -> None:
         rng = np.random.default_rng(step)
         x, y = train.make(rng.integers(0, len(train.indices), args.batch), rng)
         for g in opt.param_groups:
-            g["lr"] = cosine_lr(step, args.steps, args.lr, warmup=300, floor=0.1)
+            g["lr"] = cosine_lr(step, args.steps, args.lr, warmup=args.warmup, floor=0.1)
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.bf16):
             logits = model(x)
         loss, code_ce, n = code_loss(logits, y)
@@ -185,7 +248,7 @@ def main() -> None:
             improved = held < best
             if improved:
                 best = held
-                export(model, step, held)
+                export(model, words, ckpt_dir, step, held)
             log(f"step {step} train_code_ce {recent_train:.4f} heldout_code_ce {held:.4f}"
                 + (" (best, exported)" if improved else ""))
             t_export = time.time()

@@ -11,7 +11,7 @@ import time
 
 import torch
 import torch.nn.functional as F
-from common import ROOT, WEIGHTS, Log, add_cpu_args, cosine_lr, load_images, load_split, save_atomic
+from common import ROOT, Log, add_cpu_args, cosine_lr, load_images, load_split, save_atomic
 
 from jacobigen.vq import VQConfig, VQModel, codebook_stats
 
@@ -121,9 +121,10 @@ def main() -> None:
 
 
 def export(model: VQModel, test: torch.Tensor, log: Log) -> None:
-    """Write fp16 weights and re-evaluate through the file, as users will load it."""
-    WEIGHTS.mkdir(parents=True, exist_ok=True)
-    path = WEIGHTS / "vq.safetensors"
+    """Write fp16 weights to checkpoints/vq/export (training/ship.py --vq copies them into the
+    package) and re-evaluate through the file, as users will load it."""
+    path = CKPT_DIR / "export" / "vq.safetensors"
+    path.parent.mkdir(parents=True, exist_ok=True)
     model.save(path)
     s = evaluate(VQModel.load(path), test)
     s["params"] = sum(p.numel() for p in model.parameters())

@@ -1,9 +1,18 @@
 """Token layout of the embedded emoji model (fixed: the shipped weights depend on it).
 
-Sequence: [BOS] + caption bytes (<= 48) + [BOI] + 16 rows of (16 codes + EOL) + [EOI].
-The unconditional prefix (used for CFG) is [BOS, BOI].
+Sequence: [BOS] + caption tokens + [BOI] + 16 rows of (16 codes + EOL) + [EOI]; the unconditional
+prefix (used for CFG) is [BOS, BOI]. How a caption becomes tokens belongs to the weights:
+
+- :class:`ByteCaptions` (the shipped model): its UTF-8 bytes, lowercased, at most 48.
+- :class:`WordCaptions` (an export with a ``words.json`` beside ``ar.safetensors``): lowercase words,
+  each one id of that vocabulary (unknown words read as UNK), at most 16. Whole words, so "red" or
+  "face" is one token shared by hundreds of training images.
 """
 from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
 
 CODEBOOK_SIZE = 1024  # image codes are ids [0, 1024)
 GRID = 16  # 16 x 16 codes per image
@@ -12,18 +21,75 @@ BOI = 1025
 EOI = 1026
 BOS = 1027
 PAD = 1028
-BYTE_OFFSET = 1029  # caption byte b -> id 1029 + b
-VOCAB_SIZE = BYTE_OFFSET + 256  # 1285
-MAX_CAPTION_BYTES = 48
+BYTE_OFFSET = 1029  # byte captions: byte b -> id 1029 + b
+UNK = 1029          # word captions: a word outside the vocabulary
+WORD_OFFSET = 1030  # word captions: the vocabulary's i-th word -> id 1030 + i
 IMAGE_TOKENS = GRID * (GRID + 1) + 1  # rows with EOL, then EOI: 273
-MAX_SEQ_LEN = 1 + MAX_CAPTION_BYTES + 1 + IMAGE_TOKENS  # 323
 SAMPLING = {"cfg": 3.0, "temperature": 1.0, "top_k": 200}  # recommended (the command line's help shows it)
+_WORD = re.compile(r"[^\W_]+")
 
 
-def caption_tokens(text: str) -> list[int]:
-    """Prompt prefix for `text`: BOS, its UTF-8 bytes (lowercased, cut to 48), BOI."""
-    data = text.strip().lower().encode("utf-8")[:MAX_CAPTION_BYTES]
-    return [BOS, *(BYTE_OFFSET + b for b in data), BOI]
+class ByteCaptions:
+    """A caption as its UTF-8 bytes (lowercased, stripped, cut to 48)."""
+
+    max_tokens = 48
+    vocab_size = BYTE_OFFSET + 256  # 1285
+
+    def tokens(self, text: str) -> list[int]:
+        return [BOS, *(BYTE_OFFSET + b for b in text.strip().lower().encode("utf-8")[:self.max_tokens]), BOI]
+
+    def note(self, text: str) -> str | None:
+        return byte_note(text, self.max_tokens)
+
+
+class WordCaptions:
+    """A caption as words of a fixed vocabulary (:func:`caption_words`), UNK where unknown."""
+
+    max_tokens = 16
+
+    def __init__(self, words: list[str]):
+        self.words = list(words)
+        self.ids = {w: WORD_OFFSET + i for i, w in enumerate(self.words)}
+        self.vocab_size = WORD_OFFSET + len(self.words)
+
+    @classmethod
+    def load(cls, path: Path) -> WordCaptions:
+        return cls(json.loads(Path(path).read_text())["words"])
+
+    def tokens(self, text: str) -> list[int]:
+        return [BOS, *(self.ids.get(w, UNK) for w in caption_words(text)[:self.max_tokens]), BOI]
+
+    def note(self, text: str) -> str | None:
+        """Why the model will not read all of `text` (unknown or surplus words), or None."""
+        words = caption_words(text)
+        unknown = [w for w in dict.fromkeys(words[:self.max_tokens]) if w not in self.ids]
+        notes = [f"reads only its first {self.max_tokens} words"] if len(words) > self.max_tokens else []
+        if unknown:
+            notes.append(f"never saw {', '.join(map(repr, unknown[:5]))}{' ...' if len(unknown) > 5 else ''}"
+                         " (read as an unknown word)")
+        return "; ".join(notes) or None
+
+
+def byte_note(text: str, limit: int) -> str | None:
+    """Why an encoder reading a prompt's first `limit` UTF-8 bytes will not read all of `text`, or None."""
+    size = len(text.strip().encode())
+    return f"reads only the first {limit} of its {size} bytes" if size > limit else None
+
+
+def caption_words(text: str) -> list[str]:
+    """The words a caption is read as: lowercase runs of letters and digits ("Man's hat!" ->
+    man, s, hat); training and generation both read captions through this."""
+    return _WORD.findall(text.lower())
+
+
+def captions_for(weights: Path) -> ByteCaptions | WordCaptions:
+    """The caption reader the weights in this folder were trained with."""
+    words = Path(weights) / "words.json"
+    return WordCaptions.load(words) if words.is_file() else ByteCaptions()
+
+
+def max_seq_len(captions: ByteCaptions | WordCaptions) -> int:
+    return 1 + captions.max_tokens + 1 + IMAGE_TOKENS
 
 
 def unconditional_tokens() -> list[int]:

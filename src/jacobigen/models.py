@@ -12,7 +12,7 @@ from PIL import Image
 
 from . import embedded as E
 from .contract import default_device
-from .errors import ConfigError
+from .errors import ConfigError, WeightsError
 from .layout import ImageLayout
 from .model import load_transformer
 from .pipeline import Pipeline, random_pipeline, random_video_pipeline
@@ -23,11 +23,17 @@ EMBEDDED_PROMPTS = ["red heart", "grinning face", "red apple", "blue car", "sun"
 
 
 def embedded_pipeline(weights: Path = WEIGHTS, device: str = "cpu") -> Pipeline:
-    """The emoji model that ships in the package: VQ tokenizer + text-conditioned AR transformer."""
+    """The emoji model that ships in the package: VQ tokenizer + text-conditioned AR transformer.
+    ``weights`` is a folder with ``ar.safetensors`` and its ``words.json`` (a training export);
+    the VQ and the held-out reference come from it when it has them, else from the package."""
     from .vq import VQModel
 
-    vq = VQModel.load(Path(weights) / "vq.safetensors", device=device)
-    model = load_transformer(Path(weights) / "ar.safetensors", device=device)
+    weights = Path(weights)
+    if not (weights / "ar.safetensors").is_file():
+        raise WeightsError(f"{weights} holds no ar.safetensors: give a folder with an emoji model's "
+                           f"ar.safetensors (and its words.json for word captions: a training export)")
+    vq = VQModel.load(own_or_shipped(weights, "vq.safetensors"), device=device)
+    model = load_transformer(weights / "ar.safetensors", device=device)
     # LANTERN/GSD neighbours come from the VQ codebook rows of the image ids.
     model.latent_codebook = vq.quantizer.codes().detach()
     layout = ImageLayout(E.GRID, E.GRID, (0, E.CODEBOOK_SIZE), eol_id=E.EOL, end_id=E.EOI)
@@ -36,10 +42,20 @@ def embedded_pipeline(weights: Path = WEIGHTS, device: str = "cpu") -> Pipeline:
         pixels = (vq.decode(grids) * 255).round().byte().permute(0, 2, 3, 1).cpu().numpy()
         return [Image.fromarray(p) for p in pixels]
 
-    return Pipeline("emoji", model, layout, E.caption_tokens, E.unconditional_tokens(), decode,
+    captions = E.captions_for(weights)
+    if model.vocab_size != captions.vocab_size:
+        raise WeightsError(f"{weights}: ar.safetensors has {model.vocab_size} token ids but its captions "
+                           f"({'words.json' if isinstance(captions, E.WordCaptions) else 'bytes, no words.json'}) "
+                           f"take {captions.vocab_size}; keep the files of one training export together")
+    return Pipeline("emoji", model, layout, captions.tokens, E.unconditional_tokens(), decode,
                     defaults=dict(E.SAMPLING),
-                    example_prompts=EMBEDDED_PROMPTS, reference=lambda: heldout_reference(weights),
-                    prompt_bytes=E.MAX_CAPTION_BYTES)
+                    example_prompts=EMBEDDED_PROMPTS,
+                    reference=lambda: heldout_reference(own_or_shipped(weights, "heldout.json").parent),
+                    prompt_note=captions.note)
+
+
+def own_or_shipped(weights: Path, name: str) -> Path:
+    return weights / name if (weights / name).is_file() else WEIGHTS / name
 
 
 def heldout_reference(weights: Path = WEIGHTS) -> tuple[list[str], list[Image.Image]]:
@@ -82,8 +98,9 @@ def weights_id(spec: str) -> str:
     random model, or the checkpoint a family spec points at."""
     if spec in ("default", "emoji"):
         digest = hashlib.sha256()
-        for name in ("ar.safetensors", "vq.safetensors"):
-            digest.update((WEIGHTS / name).read_bytes())
+        for name in ("ar.safetensors", "vq.safetensors", "words.json"):
+            if (WEIGHTS / name).is_file():   # words.json: only beside a word-caption model
+                digest.update((WEIGHTS / name).read_bytes())
         return f"sha256:{digest.hexdigest()[:16]}"
     if spec in ("random", "random-video"):
         return f"{spec}:seed=0"
@@ -100,8 +117,8 @@ def weights_provenance(spec: str) -> dict[str, str] | str:
 
 
 def load_pipeline(spec: str = "default", device: str | None = None, trust_checkpoint: bool = False) -> Pipeline:
-    """``default``/``emoji`` (shipped), ``random``, ``random-video`` (a clip model), or ``FAMILY:PATH``
-    for a real model family.
+    """``default``/``emoji`` (shipped), ``emoji:DIR`` (an emoji model export: ar.safetensors and its
+    words.json), ``random``, ``random-video`` (a clip model), or ``FAMILY:PATH`` for a real model family.
     ``device=None`` picks CUDA when available; an unavailable device is a :class:`ConfigError`.
     ``trust_checkpoint`` lets a family read pickled checkpoints that hold Python objects
     (unpickling them can run code)."""
@@ -116,9 +133,11 @@ def load_pipeline(spec: str = "default", device: str | None = None, trust_checkp
     if spec in ("default", "emoji"):
         return embedded_pipeline(device=device)
     family, _, path = spec.partition(":")
+    if family == "emoji" and path:
+        return embedded_pipeline(Path(path), device=device)
     from .families import FAMILIES, load_family
 
     if family.lower() in FAMILIES and path:
         return load_family(family, path, device, trust_checkpoint)
-    raise ConfigError(f"unknown model {spec!r}: use 'default', 'random', 'random-video' or FAMILY:PATH with FAMILY "
-                      f"one of {', '.join(sorted(FAMILIES))}")
+    raise ConfigError(f"unknown model {spec!r}: use 'default', 'emoji:DIR', 'random', 'random-video' or "
+                      f"FAMILY:PATH with FAMILY one of {', '.join(sorted(FAMILIES))}")

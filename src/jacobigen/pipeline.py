@@ -6,6 +6,7 @@ unconditional prompt for CFG, VQ decoder, recommended sampling) lives in a :clas
 
 from __future__ import annotations
 
+import functools
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -16,11 +17,12 @@ from PIL import Image
 
 from .api import Generation, generate
 from .contract import ImageModel
+from .embedded import byte_note
 from .errors import ConfigError, PromptWarning
 from .layout import ImageLayout, VideoLayout
 from .model import Transformer, TransformerConfig
 
-PROMPT_BYTES = 48     # the random model's prompt bytes, as the embedded model's
+PROMPT_BYTES = 48     # the random model's prompt bytes, as the byte-caption emoji model's
 
 
 @dataclass
@@ -37,7 +39,8 @@ class Pipeline:
                                                                 "green tree", "yellow star"])
     # held-out (captions, images) to measure FID against data; None when the model ships none
     reference: Callable[[], tuple[list[str], list[Image.Image]]] | None = None
-    prompt_bytes: int | None = None              # UTF-8 bytes of a prompt the encoder reads (None: all)
+    # why the encoder will not read all of a prompt (too long, unknown words), or None
+    prompt_note: Callable[[str], str | None] | None = None
     max_frames: int | None = None                # a video model's longest clip (None: its layout's frames only)
 
     def with_frames(self, frames: int | None) -> Pipeline:
@@ -54,15 +57,15 @@ class Pipeline:
 
     def texts(self, prompts) -> list[str]:
         """``prompts`` (one text or a list) checked: a :class:`ConfigError` for anything but text, a
-        :class:`PromptWarning` for each prompt longer than the model reads."""
+        :class:`PromptWarning` for each prompt the model will not read in full."""
         prompts = [prompts] if isinstance(prompts, str) else prompts
         if not isinstance(prompts, (list, tuple)) or not prompts or not all(isinstance(p, str) for p in prompts):
             raise ConfigError(f"prompts must be a text or a non-empty list of texts, got {prompts!r:.60}")
         for p in dict.fromkeys(prompts):
-            size = len(p.strip().encode())
-            if self.prompt_bytes is not None and size > self.prompt_bytes:
-                warnings.warn(f"prompt {p[:40]!r}{'...' if len(p) > 40 else ''} is {size} bytes; the {self.name} "
-                              f"model reads only its first {self.prompt_bytes}", PromptWarning, stacklevel=3)
+            note = self.prompt_note(p) if self.prompt_note else None
+            if note:
+                warnings.warn(f"prompt {p[:40]!r}{'...' if len(p) > 40 else ''}: the {self.name} model {note}",
+                              PromptWarning, stacklevel=3)
         return list(prompts)
 
     def generate(self, prompts: str | list[str], **kwargs) -> tuple[Generation, list[Image.Image]]:
@@ -98,8 +101,8 @@ def random_video_pipeline(seed: int = 0, frames: int = 4, side: int = 8, codes: 
     model = _peaked(Transformer(cfg))
     return Pipeline("random-video", model.to(device).eval(), layout, encode, [bos],
                     lambda g: [palette_decode(clip, layout.image_ids) for clip in g],
-                    note="random weights: clips are noise, for trying the tools", prompt_bytes=PROMPT_BYTES,
-                    max_frames=max_frames)
+                    note="random weights: clips are noise, for trying the tools",
+                    prompt_note=functools.partial(byte_note, limit=PROMPT_BYTES), max_frames=max_frames)
 
 
 def _peaked(model: Transformer) -> Transformer:
@@ -127,4 +130,4 @@ def random_pipeline(seed: int = 0, rows: int = 16, cols: int = 16, codes: int = 
     return Pipeline("random", model.to(device).eval(), layout, encode, [bos],
                     lambda g: palette_decode(g, layout.image_ids),
                     note="random weights: images are noise, for trying the tools; --model default draws emoji",
-                    prompt_bytes=PROMPT_BYTES)
+                    prompt_note=functools.partial(byte_note, limit=PROMPT_BYTES))

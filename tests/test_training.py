@@ -1,0 +1,65 @@
+"""The training side of the embedded model: caption variants, the word vocabulary, warm starts,
+and the steering metric's arithmetic (the scripts themselves run for hours; these parts do not)."""
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "training"))
+train_ar = pytest.importorskip("train_ar")
+eval_steering = pytest.importorskip("eval_steering")
+
+from jacobigen import embedded as E  # noqa: E402
+from jacobigen.model import Transformer, TransformerConfig, save_transformer  # noqa: E402
+
+KEYWORDS = {"tags": ["love", "red", "emotion"], "group": "smileys emotion", "subgroup": "heart"}
+
+
+def test_caption_variants_use_the_name_and_keywords_only():
+    rng = np.random.default_rng(0)
+    variants = [train_ar.caption_variant("red heart", KEYWORDS, rng) for _ in range(400)]
+    allowed = {"red", "heart", "love", "emotion"}
+    assert all(set(E.caption_words(v)) <= allowed for v in variants)
+    share = variants.count("red heart") / len(variants)
+    assert 0.4 < share < 0.65  # the name half the time (plus keyword picks that spell it)
+    assert "love" in variants and any(v.startswith("heart ") for v in variants)
+
+
+def test_an_image_without_keywords_keeps_its_name():
+    rng = np.random.default_rng(0)
+    empty = {"tags": [], "group": "", "subgroup": ""}
+    assert {train_ar.caption_variant("openmoji icon", empty, rng) for _ in range(50)} == {"openmoji icon"}
+
+
+def test_vocabulary_covers_training_words_and_mirrored_captions_only():
+    captions = ["left arrow", "cat face", "dog face"]
+    keywords = [KEYWORDS, {"tags": ["kitty"], "group": "animals", "subgroup": "mammal"}, KEYWORDS]
+    words = train_ar.build_vocabulary(captions, keywords, [0, 1])
+    assert len(set(words)) == len(words)
+    assert {"left", "right", "arrow", "cat", "kitty", "mammal"} <= set(words)
+    assert "dog" not in words  # held out
+
+
+def test_warm_start_copies_shared_rows_and_every_other_tensor(tmp_path):
+    torch.manual_seed(0)
+    old = Transformer(TransformerConfig(vocab_size=E.UNK + 5, dim=32, n_layers=1, n_heads=2, max_seq_len=64))
+    save_transformer(old, tmp_path / "old.safetensors", dtype=torch.float32)
+    cfg = TransformerConfig(vocab_size=E.WORD_OFFSET + 7, dim=32, n_layers=1, n_heads=2, max_seq_len=40)
+    new = train_ar.initial_model(cfg, tmp_path / "old.safetensors")
+    old_state, new_state = old.state_dict(), new.state_dict()
+    for name, tensor in new_state.items():
+        if tensor.shape == old_state[name].shape:
+            assert torch.equal(tensor, old_state[name]), name
+        else:
+            assert torch.equal(tensor[:E.UNK], old_state[name][:E.UNK]), name
+            assert tensor[E.UNK:].std() > 0, name
+
+
+def test_retrieval_hits_and_chance():
+    order = np.array([[0, 1, 2], [2, 1, 0]])
+    labels = np.array(["cat", "dog", "sun"])
+    assert eval_steering.hits(order, labels, ["cat", "cat"]) == {1: 0.5, 10: 1.0}
+    p = eval_steering.derangement(5, np.random.default_rng(0))
+    assert sorted(p) == list(range(5)) and not np.any(p == np.arange(5))
