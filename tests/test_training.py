@@ -47,7 +47,7 @@ def test_warm_start_copies_shared_rows_and_every_other_tensor(tmp_path):
     old = Transformer(TransformerConfig(vocab_size=E.UNK + 5, dim=32, n_layers=1, n_heads=2, max_seq_len=64))
     save_transformer(old, tmp_path / "old.safetensors", dtype=torch.float32)
     cfg = TransformerConfig(vocab_size=E.WORD_OFFSET + 7, dim=32, n_layers=1, n_heads=2, max_seq_len=40)
-    new = train_ar.initial_model(cfg, tmp_path / "old.safetensors")
+    new = train_ar.initial_model(cfg, tmp_path / "old.safetensors", E.UNK)
     old_state, new_state = old.state_dict(), new.state_dict()
     for name, tensor in new_state.items():
         if tensor.shape == old_state[name].shape:

@@ -128,27 +128,28 @@ def mean_code_ce(model: Transformer, data: Batches, bs: int = 32) -> float:
     return total / max(1, count)
 
 
-def export(model: Transformer, words: E.WordCaptions, ckpt_dir: Path, step: int, heldout: float) -> None:
-    """The run's best model so far, as the package would ship it (training/ship.py copies it)."""
+def export(model: Transformer, ckpt_dir: Path, step: int, heldout: float, words: E.WordCaptions | None) -> None:
+    """The run's best model so far, as the package would ship it (training/ship.py copies it); the
+    vocabulary beside it when it reads word captions."""
     out = ckpt_dir / "export"
     out.mkdir(parents=True, exist_ok=True)
     save_transformer(model, out / "ar.safetensors")
-    (out / "words.json").write_text(json.dumps({"words": words.words}, ensure_ascii=False))
+    if words is not None:
+        (out / "words.json").write_text(json.dumps({"words": words.words}, ensure_ascii=False))
     info = {"step": step, "heldout_code_ce": heldout, "config": asdict(model.config),
             "params": sum(p.numel() for p in model.parameters())}
     (ckpt_dir / "best.json").write_text(json.dumps(info, indent=2))
 
 
-def initial_model(cfg: TransformerConfig, init: Path | None) -> Transformer:
+def initial_model(cfg: TransformerConfig, init: Path | None, shared: int) -> Transformer:
     """A fresh model, or one started from an exported model: every tensor copied, the token
-    embedding and output rows for the ids both vocabularies share (codes and structure tokens), new
-    word rows drawn at the scale of the old ones."""
+    embedding and output rows of the first `shared` ids (those both layouts give the same meaning)
+    too, other vocabulary rows drawn at the scale of the old ones."""
     model = Transformer(cfg)
     if init is None:
         return model
     old = load_transformer(init).state_dict()
     state = model.state_dict()
-    shared = E.UNK
     with torch.no_grad():
         for name, tensor in state.items():
             src = old[name]
@@ -161,8 +162,9 @@ def initial_model(cfg: TransformerConfig, init: Path | None) -> Transformer:
     return model
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def arguments(doc: str, run: str) -> argparse.ArgumentParser:
+    """The options every AR training run takes (model size, schedule, logging, where it lives)."""
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
     ap.add_argument("--dim", type=int, default=256)
     ap.add_argument("--layers", type=int, default=8)
     ap.add_argument("--heads", type=int, default=8)
@@ -176,27 +178,19 @@ def main() -> None:
     ap.add_argument("--ckpt-minutes", type=float, default=5)
     ap.add_argument("--export-minutes", type=float, default=20)
     ap.add_argument("--warmup", type=int, default=300)
-    ap.add_argument("--run", default="ar_words", help="checkpoints/RUN holds the log, checkpoints, export")
+    ap.add_argument("--run", default=run, help="checkpoints/RUN holds the log, checkpoints, export")
     ap.add_argument("--init", type=Path, help="start from this exported ar.safetensors (shape-matched)")
-    args = ap.parse_args()
-    torch.set_num_threads(args.threads)
-    ckpt_dir = ROOT / "checkpoints" / args.run
-    log = Log(ckpt_dir / "train.log")
+    return ap
 
-    split = load_split()
-    captions = json.loads((DATA / "captions.json").read_text())
-    keywords = json.loads((DATA / "keywords.json").read_text())
-    tokens, flipped = np.load(DATA / "tokens.npy"), np.load(DATA / "tokens_flip.npy")
-    words = E.WordCaptions(build_vocabulary(captions, keywords, split["train"]))
-    train = Batches(tokens, flipped, captions, keywords, words, split["train"], args.drop_caption, train=True)
-    test = Batches(tokens, flipped, captions, keywords, words, split["test"], 0.0, train=False)
 
+def fit(args, ckpt_dir: Path, log: Log, cfg: TransformerConfig, shared: int, train: Batches, test: Batches,
+        export_best, note: str) -> None:
+    """Train (or resume from ckpt_dir/last.pt) to args.steps; every args.export_minutes measure the
+    held-out code CE and call export_best(model, step, loss) when it improved."""
     last, last_opt = ckpt_dir / "last.pt", ckpt_dir / "last_opt.pt"
     ck = torch.load(last, map_location="cpu") if last.exists() else None
-    cfg = (TransformerConfig(**ck["config"]) if ck else
-           TransformerConfig(vocab_size=words.vocab_size, dim=args.dim, n_layers=args.layers,
-                             n_heads=args.heads, max_seq_len=E.max_seq_len(words)))
-    model = initial_model(cfg, None if ck else args.init)
+    cfg = TransformerConfig(**ck["config"]) if ck else cfg
+    model = initial_model(cfg, None if ck else args.init, shared)
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": args.weight_decay},
@@ -211,7 +205,7 @@ def main() -> None:
     else:
         n = sum(p.numel() for p in model.parameters())
         log(f"start: {n / 1e6:.2f}M params, config {cfg}, train {len(train.indices)}, "
-            f"test {len(test.indices)}, {len(words.words)} words, {vars(args)}")
+            f"test {len(test.indices)}, {note}, {vars(args)}")
 
     def checkpoint() -> None:
         save_atomic(compact(opt.state_dict()), last_opt)
@@ -248,7 +242,7 @@ def main() -> None:
             improved = held < best
             if improved:
                 best = held
-                export(model, words, ckpt_dir, step, held)
+                export_best(model, step, held)
             log(f"step {step} train_code_ce {recent_train:.4f} heldout_code_ce {held:.4f}"
                 + (" (best, exported)" if improved else ""))
             t_export = time.time()
@@ -257,6 +251,25 @@ def main() -> None:
             checkpoint()
             t_ckpt = time.time()
     checkpoint()
+
+
+def main() -> None:
+    args = arguments(__doc__, run="ar_words").parse_args()
+    torch.set_num_threads(args.threads)
+    ckpt_dir = ROOT / "checkpoints" / args.run
+    log = Log(ckpt_dir / "train.log")
+
+    split = load_split()
+    captions = json.loads((DATA / "captions.json").read_text())
+    keywords = json.loads((DATA / "keywords.json").read_text())
+    tokens, flipped = np.load(DATA / "tokens.npy"), np.load(DATA / "tokens_flip.npy")
+    words = E.WordCaptions(build_vocabulary(captions, keywords, split["train"]))
+    train = Batches(tokens, flipped, captions, keywords, words, split["train"], args.drop_caption, train=True)
+    test = Batches(tokens, flipped, captions, keywords, words, split["test"], 0.0, train=False)
+    cfg = TransformerConfig(vocab_size=words.vocab_size, dim=args.dim, n_layers=args.layers,
+                            n_heads=args.heads, max_seq_len=E.max_seq_len(words))
+    fit(args, ckpt_dir, log, cfg, E.UNK, train, test,
+        lambda model, step, held: export(model, ckpt_dir, step, held, words), f"{len(words.words)} words")
 
 
 if __name__ == "__main__":

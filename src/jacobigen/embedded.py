@@ -25,6 +25,7 @@ BYTE_OFFSET = 1029  # byte captions: byte b -> id 1029 + b
 UNK = 1029          # word captions: a word outside the vocabulary
 WORD_OFFSET = 1030  # word captions: the vocabulary's i-th word -> id 1030 + i
 IMAGE_TOKENS = GRID * (GRID + 1) + 1  # rows with EOL, then EOI: 273
+CLIP_FRAME_TOKENS = GRID * (GRID + 1) + 1  # in a clip: rows with EOL, then EOF: 273
 SAMPLING = {"cfg": 3.0, "temperature": 1.0, "top_k": 200}  # recommended (the command line's help shows it)
 _WORD = re.compile(r"[^\W_]+")
 
@@ -96,11 +97,30 @@ def unconditional_tokens() -> list[int]:
     return [BOS, BOI]
 
 
-def image_tokens(codes) -> list[int]:
-    """Grid of codes [16, 16] (nested lists or tensor) -> row-major ids with EOLs and EOI."""
+def frame_tokens(codes) -> list[int]:
+    """Grid of codes [16, 16] (nested lists or tensor) -> row-major ids, EOL after each row."""
     out: list[int] = []
     for row in codes:
         out.extend(int(c) for c in row)
         out.append(EOL)
-    out.append(EOI)
     return out
+
+
+def image_tokens(codes) -> list[int]:
+    """An image's generated tokens: its frame, then EOI."""
+    return [*frame_tokens(codes), EOI]
+
+
+def clip_tokens(frames, eof: int) -> list[int]:
+    """A clip's generated tokens: each frame followed by the end-of-frame id `eof`, then EOI. The
+    emoji video model's `eof` is the first id after its caption reader's (``reader.vocab_size``)."""
+    return [*(t for f in frames for t in (*frame_tokens(f), eof)), EOI]
+
+
+def clip_seq_len(captions: ByteCaptions | WordCaptions, frames: int) -> int:
+    return 1 + captions.max_tokens + 1 + frames * CLIP_FRAME_TOKENS + 1
+
+
+def clip_frames(captions: ByteCaptions | WordCaptions, max_seq_len: int) -> int:
+    """The longest clip a video model's positions hold."""
+    return (max_seq_len - 3 - captions.max_tokens) // CLIP_FRAME_TOKENS

@@ -13,11 +13,12 @@ from PIL import Image
 from . import embedded as E
 from .contract import default_device
 from .errors import ConfigError, WeightsError
-from .layout import ImageLayout
+from .layout import ImageLayout, VideoLayout
 from .model import load_transformer
 from .pipeline import Pipeline, random_pipeline, random_video_pipeline
 
 WEIGHTS = Path(__file__).parent / "weights"
+VIDEO_PROMPTS = ["red heart bouncing", "sun spinning clockwise", "grinning face moving right", "red apple zooming in"]
 EMBEDDED_PROMPTS = ["red heart", "grinning face", "red apple", "blue car", "sun", "green tree",
                     "yellow star", "pizza"]
 
@@ -52,6 +53,37 @@ def embedded_pipeline(weights: Path = WEIGHTS, device: str = "cpu") -> Pipeline:
                     example_prompts=EMBEDDED_PROMPTS,
                     reference=lambda: heldout_reference(own_or_shipped(weights, "heldout.json").parent),
                     prompt_note=captions.note)
+
+
+def video_pipeline(weights: Path = WEIGHTS / "video", device: str = "cpu") -> Pipeline:
+    """The animated-emoji model: the image model's VQ decodes each frame; its captions are read like
+    the image model's (bytes, or the words of a words.json beside it); end-of-frame is the first id
+    after the captions'. Clips hold up to as many frames as the model's positions were trained for."""
+    from .vq import VQModel
+
+    weights = Path(weights)
+    if not (weights / "ar.safetensors").is_file():
+        raise WeightsError(f"{weights} holds no ar.safetensors: give a folder with an animated-emoji model's "
+                           f"ar.safetensors (a training/train_video.py export)")
+    vq = VQModel.load(own_or_shipped(weights, "vq.safetensors"), device=device)
+    model = load_transformer(weights / "ar.safetensors", device=device)
+    model.latent_codebook = vq.quantizer.codes().detach()
+    captions = E.captions_for(weights)
+    if model.vocab_size != captions.vocab_size + 1:
+        raise WeightsError(f"{weights}: ar.safetensors has {model.vocab_size} token ids, not the {captions.vocab_size} "
+                           f"of its captions plus end-of-frame; keep the files of one training export together")
+    frames = E.clip_frames(captions, model.max_seq_len)
+    layout = VideoLayout(E.GRID, E.GRID, (0, E.CODEBOOK_SIZE), eol_id=E.EOL, end_id=E.EOI, frames=frames,
+                         eof_id=captions.vocab_size)
+
+    def decode(clips: torch.Tensor) -> list[list[Image.Image]]:
+        pixels = (vq.decode(clips.flatten(0, 1)) * 255).round().byte().permute(0, 2, 3, 1).cpu().numpy()
+        pictures = [Image.fromarray(p) for p in pixels]
+        return [pictures[i:i + clips.shape[1]] for i in range(0, len(pictures), clips.shape[1])]
+
+    return Pipeline("emoji-video", model, layout, captions.tokens, E.unconditional_tokens(), decode,
+                    defaults=dict(E.SAMPLING), example_prompts=VIDEO_PROMPTS, prompt_note=captions.note,
+                    max_frames=frames)
 
 
 def own_or_shipped(weights: Path, name: str) -> Path:
@@ -128,13 +160,18 @@ def load_pipeline(spec: str = "default", device: str | None = None, trust_checkp
     if spec == "random-video":
         return random_video_pipeline(device=device)
     if spec == "emoji-video":
-        raise ConfigError("the embedded animated-emoji model is not trained yet (issue 16): use --model random-video "
-                          "to try the video tools, or cosmos:DIR for Cosmos-1.0-Autoregressive weights")
+        if not (WEIGHTS / "video" / "ar.safetensors").is_file():
+            raise ConfigError("the embedded animated-emoji model is not trained yet (issue 16): use --model "
+                              "random-video to try the video tools, emoji-video:DIR for a training/train_video.py "
+                              "export, or cosmos:DIR for Cosmos-1.0-Autoregressive weights")
+        return video_pipeline(device=device)
     if spec in ("default", "emoji"):
         return embedded_pipeline(device=device)
     family, _, path = spec.partition(":")
     if family == "emoji" and path:
         return embedded_pipeline(Path(path), device=device)
+    if family == "emoji-video" and path:
+        return video_pipeline(Path(path), device=device)
     from .families import FAMILIES, load_family
 
     if family.lower() in FAMILIES and path:
