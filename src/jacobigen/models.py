@@ -23,62 +23,57 @@ EMBEDDED_PROMPTS = ["red heart", "grinning face", "red apple", "blue car", "sun"
                     "yellow star", "pizza"]
 
 
-def embedded_pipeline(weights: Path = WEIGHTS, device: str = "cpu") -> Pipeline:
-    """The emoji model that ships in the package: VQ tokenizer + text-conditioned AR transformer.
-    ``weights`` is a folder with ``ar.safetensors`` and its ``words.json`` (a training export);
-    the VQ and the held-out reference come from it when it has them, else from the package."""
+def emoji_export(weights: Path, device: str, what: str, extra_ids: int = 0):
+    """(VQ, transformer, caption reader) of an emoji model folder, checked to belong together: the
+    transformer's ids are its captions' plus ``extra_ids`` (end-of-frame for clips)."""
     from .vq import VQModel
 
     weights = Path(weights)
     if not (weights / "ar.safetensors").is_file():
-        raise WeightsError(f"{weights} holds no ar.safetensors: give a folder with an emoji model's "
-                           f"ar.safetensors (and its words.json for word captions: a training export)")
+        raise WeightsError(f"{weights} holds no ar.safetensors: give a folder with {what}'s ar.safetensors (and "
+                           f"its words.json for word captions: a training export)")
     vq = VQModel.load(own_or_shipped(weights, "vq.safetensors"), device=device)
     model = load_transformer(weights / "ar.safetensors", device=device)
     # LANTERN/GSD neighbours come from the VQ codebook rows of the image ids.
     model.latent_codebook = vq.quantizer.codes().detach()
-    layout = ImageLayout(E.GRID, E.GRID, (0, E.CODEBOOK_SIZE), eol_id=E.EOL, end_id=E.EOI)
-
-    def decode(grids: torch.Tensor) -> list[Image.Image]:
-        pixels = (vq.decode(grids) * 255).round().byte().permute(0, 2, 3, 1).cpu().numpy()
-        return [Image.fromarray(p) for p in pixels]
-
     captions = E.captions_for(weights)
-    if model.vocab_size != captions.vocab_size:
-        raise WeightsError(f"{weights}: ar.safetensors has {model.vocab_size} token ids but its captions "
-                           f"({'words.json' if isinstance(captions, E.WordCaptions) else 'bytes, no words.json'}) "
-                           f"take {captions.vocab_size}; keep the files of one training export together")
-    return Pipeline("emoji", model, layout, captions.tokens, E.unconditional_tokens(), decode,
-                    defaults=dict(E.SAMPLING),
+    if model.vocab_size != captions.vocab_size + extra_ids:
+        reader = "words.json" if isinstance(captions, E.WordCaptions) else "bytes, no words.json"
+        raise WeightsError(f"{weights}: ar.safetensors has {model.vocab_size} token ids but its captions ({reader}) "
+                           f"take {captions.vocab_size}{f' plus {extra_ids}' if extra_ids else ''}; keep the files "
+                           f"of one training export together")
+    return vq, model, captions
+
+
+def vq_pictures(vq, grids: torch.Tensor) -> list[Image.Image]:
+    pixels = (vq.decode(grids) * 255).round().byte().permute(0, 2, 3, 1).cpu().numpy()
+    return [Image.fromarray(p) for p in pixels]
+
+
+def embedded_pipeline(weights: Path = WEIGHTS, device: str = "cpu") -> Pipeline:
+    """The emoji model that ships in the package: VQ tokenizer + text-conditioned AR transformer.
+    ``weights`` is a folder with ``ar.safetensors`` (and ``words.json`` for word captions); the VQ
+    and the held-out reference come from it when it has them, else from the package."""
+    vq, model, captions = emoji_export(weights, device, "an emoji model")
+    layout = ImageLayout(E.GRID, E.GRID, (0, E.CODEBOOK_SIZE), eol_id=E.EOL, end_id=E.EOI)
+    return Pipeline("emoji", model, layout, captions.tokens, E.unconditional_tokens(),
+                    lambda grids: vq_pictures(vq, grids), defaults=dict(E.SAMPLING),
                     example_prompts=EMBEDDED_PROMPTS,
-                    reference=lambda: heldout_reference(own_or_shipped(weights, "heldout.json").parent),
+                    reference=lambda: heldout_reference(own_or_shipped(Path(weights), "heldout.json").parent),
                     prompt_note=captions.note)
 
 
 def video_pipeline(weights: Path = WEIGHTS / "video", device: str = "cpu") -> Pipeline:
     """The animated-emoji model: the image model's VQ decodes each frame; its captions are read like
-    the image model's (bytes, or the words of a words.json beside it); end-of-frame is the first id
-    after the captions'. Clips hold up to as many frames as the model's positions were trained for."""
-    from .vq import VQModel
-
-    weights = Path(weights)
-    if not (weights / "ar.safetensors").is_file():
-        raise WeightsError(f"{weights} holds no ar.safetensors: give a folder with an animated-emoji model's "
-                           f"ar.safetensors (a training/train_video.py export)")
-    vq = VQModel.load(own_or_shipped(weights, "vq.safetensors"), device=device)
-    model = load_transformer(weights / "ar.safetensors", device=device)
-    model.latent_codebook = vq.quantizer.codes().detach()
-    captions = E.captions_for(weights)
-    if model.vocab_size != captions.vocab_size + 1:
-        raise WeightsError(f"{weights}: ar.safetensors has {model.vocab_size} token ids, not the {captions.vocab_size} "
-                           f"of its captions plus end-of-frame; keep the files of one training export together")
+    the image model's; end-of-frame is the first id after the captions'. Clips hold up to as many
+    frames as the model's positions were trained for."""
+    vq, model, captions = emoji_export(weights, device, "an animated-emoji model (training/train_video.py)", 1)
     frames = E.clip_frames(captions, model.max_seq_len)
     layout = VideoLayout(E.GRID, E.GRID, (0, E.CODEBOOK_SIZE), eol_id=E.EOL, end_id=E.EOI, frames=frames,
                          eof_id=captions.vocab_size)
 
     def decode(clips: torch.Tensor) -> list[list[Image.Image]]:
-        pixels = (vq.decode(clips.flatten(0, 1)) * 255).round().byte().permute(0, 2, 3, 1).cpu().numpy()
-        pictures = [Image.fromarray(p) for p in pixels]
+        pictures = vq_pictures(vq, clips.flatten(0, 1))
         return [pictures[i:i + clips.shape[1]] for i in range(0, len(pictures), clips.shape[1])]
 
     return Pipeline("emoji-video", model, layout, captions.tokens, E.unconditional_tokens(), decode,
