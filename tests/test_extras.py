@@ -6,6 +6,7 @@ import warnings
 import pytest
 from click.testing import CliRunner
 
+import jacobigen
 from jacobigen import extras
 from jacobigen.cli import main
 from jacobigen.errors import ConfigError
@@ -17,6 +18,7 @@ def no_matplotlib(monkeypatch):
     monkeypatch.setitem(sys.modules, "matplotlib", None)   # `import matplotlib` raises ModuleNotFoundError
     monkeypatch.delitem(sys.modules, "matplotlib.pyplot", raising=False)
     monkeypatch.delitem(sys.modules, "jacobigen.plots", raising=False)
+    monkeypatch.delattr(jacobigen, "plots", raising=False)   # an earlier test may have imported it
 
 
 def test_figures_name_their_extra(no_matplotlib):
