@@ -2,7 +2,7 @@
 
 Every lossless preset samples exactly the AR distribution of a tiny 2-frame clip (the enumerable
 model of ``jacobigen.exactness``: 2 frames of 1 x 3 cells, 729 clips; 2 x 2 x 2, 6,561 clips, for
-PJD's rows), all seven mutants of DESIGN.md section 6 are rejected there, and PJD runs its rows in
+PJD's rows), all seven mutants of docs/DESIGN.md §6.2 are rejected there, and PJD runs its rows in
 parallel within a frame only.
 """
 
