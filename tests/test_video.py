@@ -27,10 +27,8 @@ from mutants import (
     StaleQ,
     UnfusedQ,
 )
-from test_exactness import STRONG_VP, RecordingVP
+from test_exactness import FAIL, PASS, STRONG_VP, N, RecordingVP
 
-N = 20_000
-PASS, FAIL = 1e-4, 1e-8
 PLAIN, GUIDED = SamplingConfig(), SamplingConfig(cfg=2.0, top_p=0.95, temperature=0.9)
 LOSSLESS = [name for name, m in METHODS.items() if m.lossless and name != "ar"]
 SMALL_TREE = {"tree_depth": 3, "tree_width": 2}
