@@ -153,7 +153,11 @@ def plot_acceptance(grids, titles: list[str], path: Path) -> None:
     prefill), how many tokens that iteration committed with it (bright: long accepted runs, dark:
     one token, AR's pace), and the tokens per iteration."""
     n = len(grids)
-    fig, axes = plt.subplots(3, n, figsize=(3.2 * n, 7.2), squeeze=False, gridspec_kw={"height_ratios": [3, 3, 1]})
+    aspect = max(g.shape[-1] / g.shape[-2] for g in grids)      # a clip's frames side by side are wide
+    width = 3.2 * min(max(aspect, 1.0), 5.0)
+    rows = max(width / aspect, 1.0) + 0.6                        # the map's height, plus its title
+    fig, axes = plt.subplots(3, n, figsize=(width * n, 2 * rows + 1.4), squeeze=False,
+                             gridspec_kw={"height_ratios": [rows, rows, 1.2]})
     for (first, runs, strip), grid, title in zip(axes.T, grids, titles, strict=True):
         grid = grid.cpu()
         per_iteration = grid.flatten().bincount()
