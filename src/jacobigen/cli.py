@@ -328,7 +328,7 @@ def _report(pipe, gen, texts, seeds, window, out, stats_path, trace) -> None:
     split = "" if s.forward_time is None else \
         f" (model forward {s.forward_time:.2f} s, other {s.overhead_time:.2f} s)"
     click.echo(f"wall time: {s.wall_time:.2f} s{split}")
-    if gen.method.tree:
+    if gen.method.part("tree"):
         click.echo(f"tree: {s.nodes_per_iteration:.0f} nodes per forward, {sum(s.sibling_tokens)} token(s) from "
                    f"off-spine nodes, {s.tokens_per_node:.3f} tokens per node")
     if stats_path:
