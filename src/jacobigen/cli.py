@@ -593,14 +593,24 @@ def analyze(model_spec, device, prompt_texts, n_seeds, window, out_dir, progress
 
 @main.command()
 def methods():
-    """List method presets, whether each is lossless, and their options."""
-    from .methods import METHODS
+    """List method presets and the parts a method string joins with +, whether each is lossless,
+    and their options."""
+    from .methods import LEFT_OUT, METHODS
+    from .registry import KINDS, PARTS
 
-    width = max(len(n) for n in METHODS)
+    width = max(len(n) for n in [*METHODS, *PARTS])
+
+    def line(name, lossless, description, options, indent=""):
+        opts = ", ".join(f"{k}={v}" for k, v in options.items())
+        kind = "lossless" if lossless else "lossy   "
+        click.echo(f"{indent}{name:<{width}}  {kind}  {description}" + (f"  [{opts}]" if opts else ""))
+
     for m in METHODS.values():
-        kind = "lossless" if m.lossless else "lossy   "
-        opts = ", ".join(f"{k}={v}" for k, v in m.options.items())
-        click.echo(f"{m.name:<{width}}  {kind}  {m.description}" + (f"  [{opts}]" if opts else ""))
+        line(m.name, m.lossless, m.description, m.options)
+    left_out = ", ".join(f"a {kind} {name}" for kind, name in LEFT_OUT.items())
+    click.echo(f"\nparts, joined by + into a method string (e.g. scd-gs+pac+vp; left out: {left_out}):")
+    for p in sorted(PARTS.values(), key=lambda p: KINDS.index(p.kind)):
+        line(p.name, p.lossless, f"{p.kind}: {p.description}", p.options, "  ")
 
 
 if __name__ == "__main__":

@@ -80,19 +80,25 @@ class Method:
         return Parts(made["drafter"], made["verifier"], self.window or window, made.get("tree"), made.get("layout"))
 
 
-def preset(name: str, description: str, parts: str | None = None, window: int | None = None) -> Method:
-    """A named method string (``parts``, by default the name itself)."""
-    return Method(name, description, parse(parts or name), window)
+def describe(parts: tuple[Part, ...]) -> str:
+    return "; ".join(p.description for p in parts if p.name not in LEFT_OUT.values())
+
+
+def preset(name: str, description: str | None = None, parts: str | None = None, window: int | None = None) -> Method:
+    """A named method string (``parts``, by default the name itself), described by its parts unless
+    told otherwise."""
+    chosen = parse(parts or name)
+    return Method(name, description or describe(chosen), chosen, window)
 
 
 METHODS: dict[str, Method] = {}
 METHODS.update((m.name, m) for m in [
-    preset("ar", "plain autoregressive sampling, one token per forward", "sjd", window=1),
+    preset("ar", "plain autoregressive sampling, one token per forward", parts="sjd", window=1),
     preset("sjd", "Speculative Jacobi Decoding: independent drafts, stop at first rejection"),
-    preset("scd-mc", "SCD maximal coupling: tail drafts kept with prob min(1, p/q)"),
-    preset("scd-gs", "SCD Gumbel sharing: drafts argmax(log p + g), g fixed per position"),
-    preset("sjd-pac", "SJD-PAC: adaptive continuation + proactive tree at the rejection point", "scd-mc+pac"),
-    preset("sjd-vp", "SJD-VP: drafts from p fused with each position's probability trajectory", "sjd+vp"),
+    preset("scd-mc"),
+    preset("scd-gs"),
+    preset("sjd-pac", "SJD-PAC: adaptive continuation + proactive tree at the rejection point", parts="scd-mc+pac"),
+    preset("sjd-vp", "SJD-VP: drafts from p fused with each position's probability trajectory", parts="sjd+vp"),
     preset("scd-mc+pac", "maximal coupling with the proactive tree (equals sjd-pac)"),
     preset("scd-gs+pac", "Gumbel sharing with the proactive tree"),
     preset("scd-mc+vp", "maximal coupling from the verification-prior fused p'"),
@@ -117,7 +123,7 @@ def get_method(name: str) -> Method:
     if name in METHODS:
         return METHODS[name]
     parts = parse(name)
-    return Method(name, "; ".join(p.description for p in parts), parts)
+    return Method(name, describe(parts), parts)
 
 
 @dataclass(frozen=True)

@@ -50,7 +50,7 @@ from .verifiers import Window
 TREE_BUDGET = 3    # rows have no window to carve a tree from: a few siblings, added to each row
 
 
-@register("pjd", "layout", "PJD: rows decoded in parallel once the row above has c tokens, row-causal mask (lossy)",
+@register("pjd", "layout", "PJD's row-parallel layout: a row joins once the row above has c tokens",
           prefix="pjd_", defaults={"tree_budget": TREE_BUDGET})
 @dataclass(frozen=True)
 class RowParallel:

@@ -71,7 +71,7 @@ class _Neighbourhood(Verifier):
         return p.gather(-1, self.nb[d]).sum(-1) if self.nb.shape[1] else torch.zeros_like(d, dtype=p.dtype)
 
 
-@register("gsd", "verifier", "GSD: accept by the mass of the draft's latent-neighbour group (lossy)", prefix="gsd_")
+@register("gsd", "verifier", "GSD: accept by the mass of the draft's group of latent neighbours", prefix="gsd_")
 @dataclass(eq=False)
 class GroupVerifier(_Neighbourhood):
     """GSD: accept d if u <= p(G) / q(G) over the group G = {d} and its k nearest latent neighbours."""
@@ -87,7 +87,7 @@ class GroupVerifier(_Neighbourhood):
         return accepts(p_d + self._mass(p, d), q_g, u) & (p_d > 0)
 
 
-@register("lantern", "verifier", "LANTERN: a draft borrows up to delta from its latent neighbours (lossy)",
+@register("lantern", "verifier", "LANTERN: a draft borrows up to delta from its latent neighbours",
           prefix="lantern_")
 @dataclass(eq=False)
 class LanternVerifier(_Neighbourhood):
