@@ -30,12 +30,9 @@ class Sharpened(Drafter):
     def __post_init__(self):
         self.power = number("sharp_power", self.power, 0, 4, lo_open=True)
 
-    def law(self, belief):
-        q = belief ** self.power
-        return q / q.sum(-1, keepdim=True)
-
     def draft(self, slots, draws):
-        q = self.law(slots.belief)
+        q = slots.belief ** self.power
+        q = q / q.sum(-1, keepdim=True)
         return draws.sample(q, slots.positions, Stream.DRAFT), q
 
 

@@ -163,7 +163,8 @@ def decoding_options(default_model: str, model_help: str):
     shared = [
         click.option("--model", "model_spec", default=default_model, show_default=True, help=model_help),
         click.option("--device", default=None, help="cpu, cuda, cuda:1 ... (default: cuda if available)."),
-        click.option("--method", default="sjd", show_default=True, help="Method preset (see `jacobigen methods`)."),
+        click.option("--method", default="sjd", show_default=True,
+                     help="A preset, or parts joined by + such as scd-gs+pac+vp (see `jacobigen methods`)."),
         click.option("--window", default=32, show_default=True, type=click.IntRange(min=1),
                      help="Tokens in flight per iteration (at most the image's tokens + 4096)."),
         click.option("--seed", default=0, show_default=True, type=click.IntRange(0, MAX_SEED),
