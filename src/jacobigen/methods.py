@@ -91,8 +91,7 @@ def preset(name: str, description: str | None = None, parts: str | None = None, 
     return Method(name, description or describe(chosen), chosen, window)
 
 
-METHODS: dict[str, Method] = {}
-METHODS.update((m.name, m) for m in [
+METHODS: dict[str, Method] = {m.name: m for m in [
     preset("ar", "plain autoregressive sampling, one token per forward", parts="sjd", window=1),
     preset("sjd", "Speculative Jacobi Decoding: independent drafts, stop at first rejection"),
     preset("scd-mc"),
@@ -111,7 +110,7 @@ METHODS.update((m.name, m) for m in [
     preset("gsd", "GSD: accept by the mass of the draft's latent-neighbour group (lossy)"),
     preset("lantern", "LANTERN: draft borrows up to delta from its latent neighbours (lossy)"),
     preset("lantern+vp", "LANTERN acceptance with verification-prior drafting (lossy)"),
-])
+]}
 
 
 ALIASES = {"pac+vp": "scd-mc+pac+vp"}   # the same parts under the name SJD-PAC + SJD-VP would suggest
