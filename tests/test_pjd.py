@@ -160,7 +160,7 @@ def test_options_resolve_and_validate():
     assert RowParallel(context=40).context_for(16) == 16
     assert RowParallel(context=4).segments(16, 16) == 5
     assert RowParallel(context=16).segments(16, 16) == 2
-    for bad in [dict(context=0), dict(ratio=0.0), dict(ratio=1.5), dict(max_rows=0)]:
+    for bad in [dict(context=0), dict(ratio=0.0), dict(ratio=1.5), dict(rows=0)]:
         with pytest.raises(ConfigError):
             RowParallel(**bad)
     with pytest.raises(ConfigError):
@@ -170,7 +170,7 @@ def test_options_resolve_and_validate():
 
 def test_presets_are_lossy_and_cli_runs(tmp_path):
     for name in ["pjd", "pjd+scd-mc"]:
-        assert not METHODS[name].lossless and METHODS[name].layout2d
+        assert not METHODS[name].lossless and METHODS[name].part("layout").name == "pjd"
     listing = CliRunner().invoke(main, ["methods"]).output
     assert any(line.startswith("pjd ") and "lossy" in line for line in listing.splitlines())
     res = CliRunner().invoke(main, ["generate", "red heart", "--model", "random", "--method", "pjd",

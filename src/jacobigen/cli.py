@@ -163,7 +163,8 @@ def decoding_options(default_model: str, model_help: str):
     shared = [
         click.option("--model", "model_spec", default=default_model, show_default=True, help=model_help),
         click.option("--device", default=None, help="cpu, cuda, cuda:1 ... (default: cuda if available)."),
-        click.option("--method", default="sjd", show_default=True, help="Method preset (see `jacobigen methods`)."),
+        click.option("--method", default="sjd", show_default=True,
+                     help="A preset, or parts joined by + such as scd-gs+pac+vp (see `jacobigen methods`)."),
         click.option("--window", default=32, show_default=True, type=click.IntRange(min=1),
                      help="Tokens in flight per iteration (at most the image's tokens + 4096)."),
         click.option("--seed", default=0, show_default=True, type=click.IntRange(0, MAX_SEED),
@@ -328,7 +329,7 @@ def _report(pipe, gen, texts, seeds, window, out, stats_path, trace) -> None:
     split = "" if s.forward_time is None else \
         f" (model forward {s.forward_time:.2f} s, other {s.overhead_time:.2f} s)"
     click.echo(f"wall time: {s.wall_time:.2f} s{split}")
-    if gen.method.tree:
+    if gen.method.part("tree"):
         click.echo(f"tree: {s.nodes_per_iteration:.0f} nodes per forward, {sum(s.sibling_tokens)} token(s) from "
                    f"off-spine nodes, {s.tokens_per_node:.3f} tokens per node")
     if stats_path:
@@ -593,14 +594,24 @@ def analyze(model_spec, device, prompt_texts, n_seeds, window, out_dir, progress
 
 @main.command()
 def methods():
-    """List method presets, whether each is lossless, and their options."""
-    from .methods import METHODS
+    """List method presets and the parts a method string joins with +, whether each is lossless,
+    and their options."""
+    from .methods import LEFT_OUT, METHODS
+    from .registry import KINDS, PARTS
 
-    width = max(len(n) for n in METHODS)
+    width = max(len(n) for n in [*METHODS, *PARTS])
+
+    def line(name, lossless, description, options, indent=""):
+        opts = ", ".join(f"{k}={v}" for k, v in options.items())
+        kind = "lossless" if lossless else "lossy   "
+        click.echo(f"{indent}{name:<{width}}  {kind}  {description}" + (f"  [{opts}]" if opts else ""))
+
     for m in METHODS.values():
-        kind = "lossless" if m.lossless else "lossy   "
-        opts = ", ".join(f"{k}={v}" for k, v in m.options.items())
-        click.echo(f"{m.name:<{width}}  {kind}  {m.description}" + (f"  [{opts}]" if opts else ""))
+        line(m.name, m.lossless, m.description, m.options)
+    left_out = ", ".join(f"a {kind} {name}" for kind, name in LEFT_OUT.items())
+    click.echo(f"\nparts, joined by + into a method string (e.g. scd-gs+pac+vp; left out: {left_out}):")
+    for p in sorted(PARTS.values(), key=lambda p: KINDS.index(p.kind)):
+        line(p.name, p.lossless, f"{p.kind}: {p.description}", p.options, "  ")
 
 
 if __name__ == "__main__":

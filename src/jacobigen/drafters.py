@@ -17,6 +17,7 @@ from .checks import integer, number
 from .draws import Draws
 from .errors import ConfigError
 from .mrs import couple
+from .registry import register
 from .rng import Stream
 
 
@@ -47,6 +48,7 @@ class Drafter:
         raise NotImplementedError
 
 
+@register("sjd", "drafter", "independent drafts from the belief (SJD)")
 class Independent(Drafter):
     """SJD: a fresh independent draw from the belief."""
 
@@ -54,15 +56,18 @@ class Independent(Drafter):
         return draws.sample(slots.belief, slots.positions, Stream.DRAFT), slots.belief
 
 
+@dataclass(eq=False)
 class CouplingStrength(Drafter):
     """SCD's coupling strength ``alpha``: each slot, each iteration, is coupled with probability
     alpha (a coin of its own stream) and drawn afresh otherwise: 0 is SJD's independent drafting,
     1 full coupling. Either branch is a draw from the belief, so every alpha keeps q = p."""
 
-    def __init__(self, alpha: float = 1.0):
-        if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0 <= alpha <= 1:
-            raise ConfigError(f"alpha (coupling strength) must be a number in [0, 1], got {alpha!r}")
-        self.alpha = alpha
+    alpha: float = 1.0
+
+    def __post_init__(self):
+        a = self.alpha
+        if isinstance(a, bool) or not isinstance(a, (int, float)) or not 0 <= a <= 1:
+            raise ConfigError(f"alpha (coupling strength) must be a number in [0, 1], got {a!r}")
 
     def coupled(self, slots: Slots, draws: Draws, where: torch.Tensor) -> torch.Tensor:
         if self.alpha == 1:
@@ -70,6 +75,7 @@ class CouplingStrength(Drafter):
         return where & (draws.uniform(slots.positions, Stream.MIX) < self.alpha)
 
 
+@register("scd-mc", "drafter", "SCD maximal coupling: tail drafts kept with prob min(1, p/q)")
 class Coupled(CouplingStrength):
     """SCD maximal coupling (= SJD-PAC adaptive continuation): keep the old draft with probability
     min(1, p/q) under the new belief p, else draw from the residual. The result is ~ p, so q = p."""
@@ -82,6 +88,7 @@ class Coupled(CouplingStrength):
         return torch.where(self.coupled(slots, draws, slots.has_old), kept, fresh), slots.belief
 
 
+@register("scd-gs", "drafter", "SCD Gumbel sharing: drafts argmax(log p + g), g fixed per position")
 class GumbelShared(CouplingStrength):
     """SCD Gumbel sharing: argmax(log p + g) with g fixed per (seed, position) across iterations,
     so a draft changes only when p moves enough. Still a draw from p, so q = p.
@@ -109,6 +116,9 @@ class GumbelShared(CouplingStrength):
 MAX_HISTORY = 64     # beliefs kept per window slot: [batch, slots, history, vocab] floats
 
 
+@register("vp", "wrapper", "SJD-VP: the drafter drafts from p fused with each position's probability trajectory",
+          prefix="vp_")
+@dataclass(eq=False)
 class VerificationPrior(Drafter):
     """SJD-VP: reshape the belief with each position's probability trajectory, then let ``base``
     draft from the fused p' and record q = p'.
@@ -119,12 +129,18 @@ class VerificationPrior(Drafter):
     ``weight * (log p - log reference)`` added to log p.
     """
 
-    def __init__(self, base: Drafter, history: int = 4, growth_steps: int = 3, top_k: int = 50,
-                 weight: float = 1.0, decay: float = 0.5):
-        self.base, self.history = base, integer("vp_history", history, 1, MAX_HISTORY)
-        self.growth_steps = integer("vp_growth_steps", growth_steps, 1, self.history)
-        self.top_k = integer("vp_top_k", top_k, 1)
-        self.weight, self.decay = number("vp_weight", weight, 0), number("vp_decay", decay, 0, 1)
+    base: Drafter
+    history: int = 4
+    growth_steps: int = 3
+    top_k: int = 50
+    weight: float = 1.0
+    decay: float = 0.5
+
+    def __post_init__(self):
+        self.history = integer("vp_history", self.history, 1, MAX_HISTORY)
+        self.growth_steps = integer("vp_growth_steps", self.growth_steps, 1, self.history)
+        self.top_k = integer("vp_top_k", self.top_k, 1)
+        self.weight, self.decay = number("vp_weight", self.weight, 0), number("vp_decay", self.decay, 0, 1)
 
     def start(self, batch, slots, vocab, device):
         self.base.start(batch, slots, vocab, device)

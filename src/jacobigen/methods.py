@@ -1,65 +1,66 @@
-"""Named methods: presets that pick a drafter, a verifier, a tree, a layout and a window (docs/DESIGN.md
-§4.6).
+"""Methods: registered parts joined by ``+`` (``scd-mc+pac+vp``), and presets, named method strings
+(docs/DESIGN.md §4.6).
 
-A preset is a recipe of parts; every hyper-parameter has the paper's default and can be overridden
-by keyword (API) or ``-o key=value`` (CLI). ``scd-mc`` coupling and SJD-PAC's adaptive
-continuation are the same operation (keep a tail draft with probability min(1, p/q), else draw from
-the residual), so ``sjd-pac`` and ``scd-mc+pac`` coincide; in ``scd-gs+pac`` Gumbel sharing plays
-that role.
-
-``pjd`` swaps the 1-D window for PJD's row-parallel layout (the window is then per row). The paper
-uses c = 16 context tokens of C = 48 columns on Lumina-mGPT (coverage 1/3; 0.25 in its resolution
-study); our grids are 16 wide, where c/C = 1/2 (c = 8) is the default. ``pjd_context`` sets c
-directly and wins over ``pjd_ratio``; ``pjd_rows`` caps the rows in flight (default ceil(C/c) + 1).
-PJD is lossy for c < C; with c = C it is exact SJD with windows cut at row ends, but the presets
-are labelled lossy.
+A method string names at most one part of each kind (any number of wrappers); a drafter left out
+is ``sjd``, a verifier ``mrs``, a tree none and the layout the 1-D chain. Options are the union of
+the parts' options, with the papers' defaults, overridden by keyword (API) or ``-o key=value``
+(CLI). ``scd-mc`` coupling and SJD-PAC's adaptive continuation are the same operation (keep a tail
+draft with probability min(1, p/q), else draw from the residual), so ``sjd-pac`` is ``scd-mc+pac``;
+in ``scd-gs+pac`` Gumbel sharing plays that role.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
+from . import drafters, pjd, relaxed, tree, verifiers  # noqa: F401 - their parts register on import
 from .checks import parse_options
-from .drafters import Coupled, GumbelShared, Independent, VerificationPrior
 from .errors import ConfigError
 from .jacobi import Parts
-from .pjd import RowParallel
-from .relaxed import GroupVerifier, LanternVerifier
-from .tree import ProactiveTree
-from .verifiers import Verifier
+from .registry import KINDS, PARTS, Part
 
-DRAFTERS = {"independent": Independent, "mc": Coupled, "gs": GumbelShared}
-VP_DEFAULTS = {"vp_history": 4, "vp_growth_steps": 3, "vp_top_k": 50, "vp_weight": 1.0, "vp_decay": 0.5}
-TREE_DEFAULTS = {"tree_depth": 3, "tree_width": 4, "tree_budget": "auto", "tree_min_gain": None}
-PJD_TREE_BUDGET = 3    # PJD's rows have no window to carve from: a few siblings, added to each row
-PJD_DEFAULTS = {"pjd_context": None, "pjd_ratio": 0.5, "pjd_rows": None}
-COUPLING_DEFAULTS = {"alpha": 1.0}    # SCD's coupling strength (0: independent drafts, 1: full coupling)
+LEFT_OUT = {"drafter": "sjd", "verifier": "mrs"}     # the part of a kind a method string leaves out
+
+
+def parse(text: str) -> tuple[Part, ...]:
+    """The parts ``a+b+c`` names, in build order (wrappers in the order written)."""
+    names = text.split("+")
+    unknown = [n for n in names if n not in PARTS]
+    if unknown:
+        raise ConfigError(f"unknown method {text!r}: {', '.join(map(repr, unknown))} is neither a preset nor a "
+                          f"part; presets: {', '.join(METHODS)}; parts (join with +): {', '.join(PARTS)}")
+    if len(set(names)) < len(names):
+        raise ConfigError(f"method {text!r} names a part twice")
+    parts = []
+    for kind in KINDS:
+        chosen = [PARTS[n] for n in names if PARTS[n].kind == kind] or \
+            ([PARTS[LEFT_OUT[kind]]] if kind in LEFT_OUT else [])
+        if len(chosen) > 1 and kind != "wrapper":
+            raise ConfigError(f"method {text!r} names {len(chosen)} {kind}s "
+                              f"({', '.join(p.name for p in chosen)}): a method has one")
+        parts += chosen
+    return tuple(parts)
 
 
 @dataclass(frozen=True)
 class Method:
     name: str
     description: str
-    drafter: str = "independent"
-    vp: bool = False
-    tree: bool = False
-    verifier: type = Verifier
+    parts: tuple[Part, ...]
     window: int | None = None            # fixed window (ar), else the caller's
-    extra: dict = field(default_factory=dict)
-    layout2d: bool = False               # PJD's row-parallel layout (lossy for c < C)
 
     @property
     def lossless(self) -> bool:
-        return self.verifier.lossless and not self.layout2d
+        return all(p.lossless for p in self.parts)
 
     @property
     def options(self) -> dict:
-        tree = {**TREE_DEFAULTS, **({"tree_budget": PJD_TREE_BUDGET} if self.layout2d else {})}
-        coupled = self.drafter in ("mc", "gs")
-        return {**(COUPLING_DEFAULTS if coupled else {}), **(VP_DEFAULTS if self.vp else {}),
-                **(tree if self.tree else {}),
-                **(PJD_DEFAULTS if self.layout2d else {}), **self.extra}
+        own = {k: v for p in self.parts for k, v in p.options.items()}
+        return own | {k: v for p in self.parts for k, v in p.defaults.items() if k in own}
+
+    def part(self, kind: str) -> Part | None:
+        return next((p for p in self.parts if p.kind == kind), None)
 
     def build(self, window: int, **overrides) -> Parts:
         unknown = set(overrides) - set(self.options)
@@ -68,45 +69,47 @@ class Method:
             raise ConfigError(f"method {self.name!r} has no option(s) {', '.join(sorted(unknown))} "
                               f"(its options: {known})")
         o = {**self.options, **overrides}
-        drafter = DRAFTERS[self.drafter](o["alpha"]) if "alpha" in o else DRAFTERS[self.drafter]()
-        if self.vp:
-            drafter = VerificationPrior(drafter, o["vp_history"], o["vp_growth_steps"], o["vp_top_k"],
-                                        o["vp_weight"], o["vp_decay"])
-        tree = ProactiveTree(o["tree_depth"], o["tree_width"], o["tree_budget"], o["tree_min_gain"]) if self.tree \
-            else None
-        if tree and not self.layout2d:
-            tree.carve(self.window or window)         # a tree that cannot fit the window fails here
-        verifier = self.verifier(**{k: o[k] for k in self.extra})
-        layout2d = RowParallel(o["pjd_context"], o["pjd_ratio"], o["pjd_rows"]) if self.layout2d else None
-        return Parts(drafter, verifier, self.window or window, tree, layout2d)
+        made: dict = {}
+        for p in self.parts:
+            if p.kind == "wrapper":
+                made["drafter"] = p.make(o, made["drafter"])
+            else:
+                made[p.kind] = p.make(o)
+        if "tree" in made and "layout" not in made:
+            made["tree"].carve(self.window or window)         # a tree that cannot fit the window fails here
+        return Parts(made["drafter"], made["verifier"], self.window or window, made.get("tree"), made.get("layout"))
+
+
+def describe(parts: tuple[Part, ...]) -> str:
+    return "; ".join(p.description for p in parts if p.name not in LEFT_OUT.values())
+
+
+def preset(name: str, description: str | None = None, parts: str | None = None, window: int | None = None) -> Method:
+    """A named method string (``parts``, by default the name itself), described by its parts unless
+    told otherwise."""
+    chosen = parse(parts or name)
+    return Method(name, description or describe(chosen), chosen, window)
 
 
 METHODS: dict[str, Method] = {m.name: m for m in [
-    Method("ar", "plain autoregressive sampling, one token per forward", window=1),
-    Method("sjd", "Speculative Jacobi Decoding: independent drafts, stop at first rejection"),
-    Method("scd-mc", "SCD maximal coupling: tail drafts kept with prob min(1, p/q)", drafter="mc"),
-    Method("scd-gs", "SCD Gumbel sharing: drafts argmax(log p + g), g fixed per position", drafter="gs"),
-    Method("sjd-pac", "SJD-PAC: adaptive continuation + proactive tree at the rejection point",
-           drafter="mc", tree=True),
-    Method("sjd-vp", "SJD-VP: drafts from p fused with each position's probability trajectory", vp=True),
-    Method("scd-mc+pac", "maximal coupling with the proactive tree (equals sjd-pac)", drafter="mc", tree=True),
-    Method("scd-gs+pac", "Gumbel sharing with the proactive tree", drafter="gs", tree=True),
-    Method("scd-mc+vp", "maximal coupling from the verification-prior fused p'", drafter="mc", vp=True),
-    Method("scd-mc+pac+vp", "coupling, proactive tree and verification prior together (= SJD-PAC drafting "
-           "from the fused p')", drafter="mc", tree=True, vp=True),
-    Method("pjd", "PJD: rows decoded in parallel once the row above has c tokens, row-causal mask (lossy)",
-           layout2d=True),
-    Method("pjd+scd-mc", "PJD rows with maximal-coupling drafts (lossy)", drafter="mc", layout2d=True),
-    Method("pjd+scd-mc+pac", "PJD rows, maximal coupling, proactive tree at each row's head (lossy)", drafter="mc",
-           tree=True, layout2d=True),
-    Method("pjd+scd-mc+vp", "PJD rows with maximal coupling from the verification-prior fused p' (lossy)",
-           drafter="mc", vp=True, layout2d=True),
-    Method("gsd", "GSD: accept by the mass of the draft's latent-neighbour group (lossy)",
-           verifier=GroupVerifier, extra={"gsd_k": 4}),
-    Method("lantern", "LANTERN: draft borrows up to delta from its latent neighbours (lossy)",
-           verifier=LanternVerifier, extra={"lantern_k": 8, "lantern_delta": 0.1}),
-    Method("lantern+vp", "LANTERN acceptance with verification-prior drafting (lossy)", vp=True,
-           verifier=LanternVerifier, extra={"lantern_k": 8, "lantern_delta": 0.1}),
+    preset("ar", "plain autoregressive sampling, one token per forward", parts="sjd", window=1),
+    preset("sjd", "Speculative Jacobi Decoding: independent drafts, stop at first rejection"),
+    preset("scd-mc"),
+    preset("scd-gs"),
+    preset("sjd-pac", "SJD-PAC: adaptive continuation + proactive tree at the rejection point", parts="scd-mc+pac"),
+    preset("sjd-vp", "SJD-VP: drafts from p fused with each position's probability trajectory", parts="sjd+vp"),
+    preset("scd-mc+pac", "maximal coupling with the proactive tree (equals sjd-pac)"),
+    preset("scd-gs+pac", "Gumbel sharing with the proactive tree"),
+    preset("scd-mc+vp", "maximal coupling from the verification-prior fused p'"),
+    preset("scd-mc+pac+vp", "coupling, proactive tree and verification prior together (= SJD-PAC drafting "
+           "from the fused p')"),
+    preset("pjd", "PJD: rows decoded in parallel once the row above has c tokens, row-causal mask (lossy)"),
+    preset("pjd+scd-mc", "PJD rows with maximal-coupling drafts (lossy)"),
+    preset("pjd+scd-mc+pac", "PJD rows, maximal coupling, proactive tree at each row's head (lossy)"),
+    preset("pjd+scd-mc+vp", "PJD rows with maximal coupling from the verification-prior fused p' (lossy)"),
+    preset("gsd", "GSD: accept by the mass of the draft's latent-neighbour group (lossy)"),
+    preset("lantern", "LANTERN: draft borrows up to delta from its latent neighbours (lossy)"),
+    preset("lantern+vp", "LANTERN acceptance with verification-prior drafting (lossy)"),
 ]}
 
 
@@ -114,10 +117,12 @@ ALIASES = {"pac+vp": "scd-mc+pac+vp"}   # the same parts under the name SJD-PAC 
 
 
 def get_method(name: str) -> Method:
-    try:
-        return METHODS[ALIASES.get(name, name)]
-    except KeyError:
-        raise ConfigError(f"unknown method {name!r}; available: {', '.join(METHODS)}") from None
+    """A preset, or the method a string of parts names (described by its parts)."""
+    name = ALIASES.get(name, name)
+    if name in METHODS:
+        return METHODS[name]
+    parts = parse(name)
+    return Method(name, describe(parts), parts)
 
 
 @dataclass(frozen=True)

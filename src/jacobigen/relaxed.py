@@ -11,6 +11,7 @@ LANTERN's delta = 0) both reduce to exact modified rejection sampling.
 from __future__ import annotations
 
 import weakref
+from dataclasses import dataclass
 
 import torch
 
@@ -18,6 +19,7 @@ from .checks import integer, number
 from .contract import model_device
 from .errors import ConfigError
 from .mrs import accepts, residual
+from .registry import register
 from .verifiers import Verifier
 
 MAX_NEIGHBOURS = 256    # a [vocab, k] id table per (model, k)
@@ -69,11 +71,15 @@ class _Neighbourhood(Verifier):
         return p.gather(-1, self.nb[d]).sum(-1) if self.nb.shape[1] else torch.zeros_like(d, dtype=p.dtype)
 
 
+@register("gsd", "verifier", "GSD: accept by the mass of the draft's group of latent neighbours", prefix="gsd_")
+@dataclass(eq=False)
 class GroupVerifier(_Neighbourhood):
     """GSD: accept d if u <= p(G) / q(G) over the group G = {d} and its k nearest latent neighbours."""
 
-    def __init__(self, gsd_k: int = 4):
-        self.k = integer("gsd_k", gsd_k, 0, MAX_NEIGHBOURS)
+    k: int = 4
+
+    def __post_init__(self):
+        self.k = integer("gsd_k", self.k, 0, MAX_NEIGHBOURS)
 
     def accept(self, p, q, d, u):
         p_d = p.gather(-1, d[..., None]).squeeze(-1)
@@ -81,13 +87,19 @@ class GroupVerifier(_Neighbourhood):
         return accepts(p_d + self._mass(p, d), q_g, u) & (p_d > 0)
 
 
+@register("lantern", "verifier", "LANTERN: a draft borrows up to delta from its latent neighbours",
+          prefix="lantern_")
+@dataclass(eq=False)
 class LanternVerifier(_Neighbourhood):
     """LANTERN: p~(d) = p(d) + min(p(k nearest latent neighbours of d), delta); accept if
     u <= p~(d)/q(d). On rejection d and its neighbours leave the residual (their mass was offered)."""
 
-    def __init__(self, lantern_k: int = 8, lantern_delta: float = 0.1):
-        self.k = integer("lantern_k", lantern_k, 0, MAX_NEIGHBOURS)
-        self.delta = number("lantern_delta", lantern_delta, 0, 1)
+    k: int = 8
+    delta: float = 0.1
+
+    def __post_init__(self):
+        self.k = integer("lantern_k", self.k, 0, MAX_NEIGHBOURS)
+        self.delta = number("lantern_delta", self.delta, 0, 1)
 
     def accept(self, p, q, d, u):
         p_d = p.gather(-1, d[..., None]).squeeze(-1)

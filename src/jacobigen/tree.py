@@ -36,11 +36,14 @@ import torch
 
 from .draws import Draws
 from .errors import ConfigError
+from .registry import register
 from .rng import Stream
 
 MAX_NODES = 4096     # universe nodes: built as Python lists once per (depth, width), then as tensors
 
 
+@register("pac", "tree", "SJD-PAC's proactive tree: siblings drawn without replacement at the first depths",
+          prefix="tree_")
 @dataclass(frozen=True)
 class ProactiveTree:
     """SJD-PAC proactive drafting: at each tree depth, K candidates without replacement.

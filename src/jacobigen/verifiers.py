@@ -17,6 +17,7 @@ import torch
 
 from .draws import Draws
 from .mrs import accepts, residual
+from .registry import register
 from .rng import Stream, categorical
 from .tree import TreeNodes
 
@@ -49,6 +50,7 @@ def _streams(device: torch.device) -> torch.Tensor:
     return torch.tensor([Stream.ACCEPT, Stream.SAMPLE], device=device)
 
 
+@register("mrs", "verifier", "exact modified rejection sampling: first rejection, residual draw")
 class Verifier:
     name = "mrs"
     lossless = True
