@@ -24,9 +24,9 @@ from tqdm.auto import tqdm
 
 from . import extras
 from .api import generate
-from .bundle import ModelBundle
+from .bundle import ModelBundle, encode_one
 from .checks import image_seeds
-from .contract import ImageModel, model_device
+from .contract import model_device
 from .costs import block_size, forward_cost_curve, predicted_seconds_per_image
 from .engine import sync
 from .errors import ConfigError, JacobigenError
@@ -119,13 +119,6 @@ class Run:
     acceptance: list | None = None      # iteration that committed each token [rows][frames * cols]
 
 
-def encode(pipe: ModelBundle, prompt: str) -> tuple[ImageModel, list[int], list[int] | None]:
-    """(model, prompt tokens, unconditional tokens) of one prompt, as :func:`~jacobigen.bundle.generate_images`
-    encodes it (a family's prompts may condition a view of its model)."""
-    enc = pipe.encode([prompt])
-    return enc.model, enc.cond[0], enc.uncond[0] if enc.uncond else None
-
-
 def decode_one(pipe: ModelBundle, method: str, window: int, prompt: str, seed: int, **sampling) -> Run:
     """Generate one image's tokens with ``method`` (a preset or ``NAME[key=value,...]``, or the plain
     loop), timed on the wall clock and the process CPU clock with the device synchronised at both ends.
@@ -134,7 +127,7 @@ def decode_one(pipe: ModelBundle, method: str, window: int, prompt: str, seed: i
     token) and one per further token, ``layout.length`` in all, the same count as ``ar``'s, so its
     step compression is 1; every iteration commits one token."""
     opts = {**pipe.defaults, **sampling}
-    model, tokens, uncond = encode(pipe, prompt)
+    model, tokens, uncond = encode_one(pipe, prompt)
     device = model_device(model)
     if method == PLAIN:
         opts = {k: v for k, v in opts.items() if v is not None}

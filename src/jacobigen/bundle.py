@@ -99,6 +99,13 @@ def generate_images(bundle: ModelBundle, prompts, **kwargs) -> tuple[Generation,
     return gen, bundle.decode(gen.grid, enc)
 
 
+def encode_one(bundle: ModelBundle, text: str) -> tuple[ImageModel, list[int], list[int] | None]:
+    """(model, conditional row, unconditional row or None) of one text, as :func:`generate_images`
+    encodes it: for tools that drive the decoders themselves."""
+    enc = bundle.encode([text])
+    return enc.model, enc.cond[0], enc.uncond[0] if enc.uncond else None
+
+
 def rows_encoder(encode: Callable[[str], list[int]],
                  uncond: list[int] | Callable[[str], list[int]] | None) -> Callable[[list[str]], Prompts]:
     """``encode_batch`` of a model whose prompts are ids alone: ``encode(text)`` gives the conditional
