@@ -188,11 +188,11 @@ class CaptionEmbedder(nn.Module):
             bank[slot * n:slot * n + caption.shape[0]] = caption.to(bank)
         return bank
 
-    def forward(self, slots, bank):
-        if bank is None:
-            raise ConfigError("LlamaGen t2i prompts condition through their call's caption bank: encode them "
-                              "with the bundle and decode with the model it returns (prompts.model)")
-        e = bank[slots].to(self.cap_proj.fc1.weight.dtype)
+    def forward(self, slots, bank=None):
+        """``bank`` None: the unconditional rows only, for forwards without captions (image tokens,
+        unconditional prompts); captions condition through their call's bank (:class:`Captioned`)."""
+        e = bank[slots] if bank is not None else self.uncond_embedding[slots.clamp(max=self.c.cls_token_num - 1)]
+        e = e.to(self.cap_proj.fc1.weight.dtype)
         return self.cap_proj.fc2(F.gelu(self.cap_proj.fc1(e), approximate="tanh"))
 
 
