@@ -6,17 +6,17 @@ import pytest
 from click.testing import CliRunner
 
 from jacobigen.analyze import run_all
+from jacobigen.bundle import ModelBundle, palette_decode, rows_encoder
 from jacobigen.cli import main
 from jacobigen.exactness import layout, tiny_model
-from jacobigen.pipeline import Pipeline, palette_decode
 
 LAYOUT = layout(True, rows=4, cols=6)
 
 
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
-    pipe = Pipeline("tiny", tiny_model(sharpness=3.0), LAYOUT, encode=lambda text: [5, 6], uncond=[7],
-                    decode=lambda g: palette_decode(g, LAYOUT.image_ids), defaults={"cfg": 2.0})
+    pipe = ModelBundle("tiny", tiny_model(sharpness=3.0), LAYOUT, rows_encoder(lambda text: [5, 6], [7]),
+                       lambda g, _=None: palette_decode(g, LAYOUT.image_ids), defaults={"cfg": 2.0})
     out = tmp_path_factory.mktemp("analyze")
     return run_all(pipe, ["a"], list(range(8)), 8, out, progress=False), out
 

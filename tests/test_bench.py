@@ -15,8 +15,7 @@ import jacobigen
 from jacobigen.bench import run_bench, run_compiled_bench, summary_markdown, write_reports
 from jacobigen.cli import main
 from jacobigen.errors import JacobigenError
-from jacobigen.models import WEIGHTS, weights_provenance
-from jacobigen.pipeline import random_pipeline
+from jacobigen.models import WEIGHTS, random_pipeline, weights_provenance
 from jacobigen.threads import SMALL_MODEL, choose_threads, environment_line, git_commit
 
 MACHINE = {"threads", "omp_wait_policy", "torch", "device", "cpu", "loadavg_before", "loadavg_after",

@@ -1,5 +1,7 @@
 """Real model families on tiny random-weight configs: our decoders against each family's own path."""
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 import torch
@@ -8,6 +10,7 @@ from click.testing import CliRunner
 
 import family_models as fm
 from jacobigen import METHODS, ConfigError, WeightsError, generate
+from jacobigen.bundle import encode_one
 from jacobigen.cli import main
 from jacobigen.models import load_pipeline
 
@@ -58,14 +61,16 @@ PROMPT = {"llamagen-c2i": "3"}
 
 
 def prompts(pipe, name):
-    text = PROMPT.get(name, "a red cat")
-    return pipe.encode(text), (pipe.uncond_for(text) if pipe.uncond_for else pipe.uncond)
+    """The bundle with the model its prompt conditions (LlamaGen t2i: a view holding the call's
+    caption bank), and the prompt's conditional and unconditional rows."""
+    model, cond, uncond = encode_one(pipe, PROMPT.get(name, "a red cat"))
+    return replace(pipe, model=model), cond, uncond
 
 
 @pytest.fixture(scope="module", params=list(BUILD))
 def family(request):
     hf, pipe = BUILD[request.param]()
-    cond, uncond = prompts(pipe, request.param)
+    pipe, cond, uncond = prompts(pipe, request.param)
     ar = generate(pipe.model, cond, layout=pipe.layout, method="ar", top_k=1, cfg=CFG, uncond=uncond).tokens[0]
     return request.param, hf, pipe, cond, uncond, ar
 
@@ -99,7 +104,7 @@ def reference(name, hf, pipe, cond, uncond):
     seqs, out = [list(cond), list(uncond)], []
     for _ in range(lay.length):
         with torch.no_grad():
-            c, u = (hf(torch.tensor([s]))[0, -1] for s in seqs)
+            c, u = (pipe.model(torch.tensor([s]))[0, -1] for s in seqs)
         tok = int((u + CFG * (c - u)).masked_fill(~allowed, float("-inf")).argmax())
         out.append(tok)
         for s in seqs:
@@ -116,7 +121,7 @@ def test_greedy_ar_matches_family_reference(family):
 def test_eager_attention_gets_the_same_mask(name):
     """Our float 4-D mask must reach eager attention unmodified, as it does SDPA."""
     hf, pipe = BUILD[name]("eager")
-    cond, uncond = prompts(pipe, name)
+    pipe, cond, uncond = prompts(pipe, name)
     ar = generate(pipe.model, cond, layout=pipe.layout, method="ar", top_k=1, cfg=CFG, uncond=uncond).tokens[0]
     assert ar.tolist() == reference(name, hf, pipe, cond, uncond)
     sjd = generate(pipe.model, cond, layout=pipe.layout, method="sjd", window=8, top_k=1, cfg=CFG, uncond=uncond)
@@ -176,7 +181,7 @@ def test_analyze_runs_on_the_family(family):
 
 def test_refilled_batches_match_each_prompt_alone(family):
     """Three prompts of different lengths through two rows: refill moves a newcomer's prefilled
-    cache (and any per-row state, like LlamaGen's prompt lengths) into a finished row."""
+    cache (and its per-row state, like LlamaGen's prompt lengths) into a finished row."""
     name, _, pipe, _, _, _ = family
     texts = ["3", "7", "1"] if name == "llamagen-c2i" else ["a red cat", "a big blue house on a hill", "sun"]
     kw = dict(method="sjd", window=8, top_k=1)
@@ -205,8 +210,8 @@ def test_hf_save_pretrained_roundtrip(tmp_path):
         pipe = load_pipeline(f"{name}:{d}{option}")
         assert (pipe.layout.rows, pipe.layout.cols) == (4, 4)
         _, ours = BUILD[name]()
-        cond, uncond = prompts(pipe, name)
-        assert cond == prompts(ours, name)[0]
+        pipe, cond, uncond = prompts(pipe, name)
+        assert cond == prompts(ours, name)[1]
         a = generate(pipe.model, cond, layout=pipe.layout, method="sjd", window=8, top_k=1, cfg=CFG, uncond=uncond)
         b = generate(ours.model, cond, layout=ours.layout, method="ar", top_k=1, cfg=CFG, uncond=uncond)
         assert torch.equal(a.tokens, b.tokens), name
@@ -281,9 +286,10 @@ def test_llamagen_t2i_bank_holds_one_calls_prompts():
     _, pipe = llamagen_pipe("t2i")
     one, _ = pipe.generate(["a red cat"] * 2, method="ar", top_k=1, seed=[0, 0])
     assert torch.equal(one.tokens[0], one.tokens[1])   # repeated prompt: same slot, same tokens
-    pipe.generate([f"a blue dog {i}" for i in range(pipe.max_prompts)], method="ar", top_k=1)
+    bank = pipe.model.config.bank_prompts
+    pipe.generate([f"a blue dog {i}" for i in range(bank)], method="ar", top_k=1)
     again, _ = pipe.generate("a red cat", method="ar", top_k=1, seed=0)
     assert torch.equal(again.tokens[0], one.tokens[0])  # a later call does not see stale slots
-    too_many = [f"a red cat {i}" for i in range(pipe.max_prompts + 1)]
+    too_many = [f"a red cat {i}" for i in range(bank + 1)]
     with pytest.raises(ConfigError, match="distinct prompts"):
         pipe.generate(too_many, method="ar")

@@ -51,7 +51,7 @@ def test_lumina_per_shard_qk_norms_load_and_normalise_like_lumina(tmp_path, shar
 
     hf = lumina_checkpoint(tmp_path, shards)
     pipe = load_pipeline(f"lumina-mgpt:{tmp_path}?size=64")
-    tokens = torch.tensor([pipe.encode("a red cat")])
+    tokens = torch.tensor(pipe.encode("a red cat").cond)
     with torch.no_grad():
         assert torch.allclose(pipe.model(tokens), chameleon_adapter(hf)(tokens), atol=1e-5)
 
@@ -89,8 +89,8 @@ def test_anole_prompt_layout_and_sampling_follow_anole(tmp_path):
     pipe = load_pipeline(f"anole:{tmp_path}")
     ids = tok.convert_tokens_to_ids
     bos, eot, boi, eoi = ids("<s>"), ids("<reserved08706>"), ids("<racm3:break>"), ids("<eoss>")
-    assert pipe.encode("a red cat") == [bos, *ids(["a", "red", "cat"]), eot, boi]
-    assert pipe.uncond == [bos, boi]
+    prompts = pipe.encode("a red cat")
+    assert (prompts.cond, prompts.uncond) == ([[bos, *ids(["a", "red", "cat"]), eot, boi]], [[bos, boi]])
     lay = pipe.layout
     assert (lay.rows, lay.cols, lay.eol_id, lay.end_id, lay.length) == (32, 32, None, eoi, 1025)
     assert lay.image_ids == (4, 68)                               # the IMGIMG* ids only
@@ -186,8 +186,9 @@ def test_llamagen_training_checkpoint_loads_only_when_trusted(tmp_path):
     assert "argparse.Namespace" in str(err.value) and "run code" in str(err.value)
     pipe = load_pipeline(f"llamagen:{ckpt}", trust_checkpoint=True)
     assert (pipe.layout.rows, pipe.layout.cols) == (4, 4)          # image_size 64 / 16, from the args
-    kw = dict(layout=pipe.layout, method="ar", top_k=1, cfg=4.0, uncond=pipe.uncond)
-    assert torch.equal(generate(pipe.model, pipe.encode("3"), **kw).tokens, generate(m, pipe.encode("3"), **kw).tokens)
+    prompts = pipe.encode("3")
+    kw = dict(layout=pipe.layout, method="ar", top_k=1, cfg=4.0, uncond=prompts.uncond)
+    assert torch.equal(generate(pipe.model, prompts.cond, **kw).tokens, generate(m, prompts.cond, **kw).tokens)
     cli = ["generate", "--model", f"llamagen:{ckpt}", "3", "--method", "sjd", "--window", "8", "--no-progress",
            "--out", str(tmp_path / "out.png")]
     refused = CliRunner().invoke(main, cli)
@@ -206,10 +207,10 @@ def test_llamagen_t2i_cleans_captions_as_its_training_did():
         return fm.caption(text)
 
     pipe = llamagen_pipeline(fm.llamagen("t2i"), caption_fn=caption)
-    pipe.prepare()
     raw = "  A <b>Red</b> CAT   https://example.com  "
-    assert len(pipe.encode(raw)) == len(pipe.uncond_for(raw)) == 3
-    assert seen == ["a red cat"] * 2
+    prompts = pipe.encode(raw)
+    assert len(prompts.cond[0]) == len(prompts.uncond[0]) == 3
+    assert seen == ["a red cat"]
 
 
 def test_llamagen_c2i_defaults_are_its_demo_settings():
@@ -241,7 +242,7 @@ def test_janus_strips_the_prompt_like_its_chat_template():
     pipe = janus_pipeline(hf, rec)
     rec.texts.clear()
     pipe.encode("  a red cat \n")
-    assert rec.texts == ["<|User|>: a red cat\n\n<|Assistant|>:"]
+    assert set(rec.texts) == {"<|User|>: a red cat\n\n<|Assistant|>:"}   # cond and its padded uncond
 
 
 def test_pixels_truncate_or_round_as_each_original_does():

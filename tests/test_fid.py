@@ -2,6 +2,7 @@
 bench's FID figures follow the images they are computed from."""
 
 import sys
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -11,8 +12,7 @@ from PIL import Image
 from jacobigen import fid
 from jacobigen.bench import Row, run_fid
 from jacobigen.errors import ConfigError
-from jacobigen.models import heldout_reference
-from jacobigen.pipeline import random_pipeline
+from jacobigen.models import heldout_reference, random_pipeline
 
 
 def textbook_fid(a, b):
@@ -71,8 +71,8 @@ def test_heldout_reference_ships_with_the_package():
 
 def test_fid_figures_are_computed_from_the_images():
     def figures(model_seed, reference):
-        pipe = random_pipeline(seed=model_seed)
-        pipe.reference = lambda: (["red heart", "blue car", "sun"], reference)
+        captions = ["red heart", "blue car", "sun"]
+        pipe = replace(random_pipeline(seed=model_seed), reference=lambda: (captions, reference))
         rows = [Row("ar", 1, True), Row("gsd", 8, False)]
         extra = run_fid(pipe, rows, 3, progress=False)
         return [(r.fid_vs_ar, r.fid_vs_data) for r in rows], extra["fid"]

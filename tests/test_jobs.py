@@ -17,7 +17,7 @@ from jacobigen.cli import main
 from jacobigen.errors import ConfigError
 from jacobigen.files import read_prompts
 from jacobigen.jobs import Outputs, plan, run_local
-from jacobigen.pipeline import random_pipeline
+from jacobigen.models import random_pipeline
 
 OPTIONS = dict(method="sjd", window=8)
 SRC = Path(__file__).parents[1] / "src"

@@ -5,7 +5,8 @@ import pytest
 import torch
 
 from jacobigen import generate
-from jacobigen.pipeline import random_pipeline
+from jacobigen.bundle import encode_one
+from jacobigen.models import random_pipeline
 from jacobigen.plain_ar import plain_ar
 
 
@@ -16,24 +17,24 @@ def pipe():
 
 @pytest.mark.parametrize("cfg", [1.0, 3.0])
 def test_plain_loop_makes_valid_images(pipe, cfg):
-    prompt = pipe.encode("red heart")
-    out = plain_ar(pipe.model, pipe.layout, prompt, pipe.uncond, cfg=cfg, top_k=50, seed=1)
+    _, prompt, uncond = encode_one(pipe, "red heart")
+    out = plain_ar(pipe.model, pipe.layout, prompt, uncond, cfg=cfg, top_k=50, seed=1)
     forced = pipe.layout.forced()
     lo, hi = pipe.layout.image_ids
     assert out.shape == (pipe.layout.length,)
     assert torch.equal(out[forced >= 0], forced[forced >= 0])
     free = out[forced < 0]
     assert ((free >= lo) & (free < hi)).all() and free.unique().numel() > 1
-    again = plain_ar(pipe.model, pipe.layout, prompt, pipe.uncond, cfg=cfg, top_k=50, seed=1)
+    again = plain_ar(pipe.model, pipe.layout, prompt, uncond, cfg=cfg, top_k=50, seed=1)
     assert torch.equal(out, again)
 
 
 @pytest.mark.parametrize("cfg", [1.0, 3.0])
 def test_plain_loop_matches_ar_when_greedy(pipe, cfg):
     """Different prompt lengths in the CFG pair exercise the left padding."""
-    prompt = pipe.encode("a longer prompt than the unconditional one")
-    plain = plain_ar(pipe.model, pipe.layout, prompt, pipe.uncond, cfg=cfg, top_k=1, seed=0)
-    ar = generate(pipe.model, prompt, layout=pipe.layout, uncond=pipe.uncond, cfg=cfg, method="ar", top_k=1,
+    _, prompt, uncond = encode_one(pipe, "a longer prompt than the unconditional one")
+    plain = plain_ar(pipe.model, pipe.layout, prompt, uncond, cfg=cfg, top_k=1, seed=0)
+    ar = generate(pipe.model, prompt, layout=pipe.layout, uncond=uncond, cfg=cfg, method="ar", top_k=1,
                   seed=5).tokens[0]
     assert torch.equal(plain, ar)
 
@@ -41,7 +42,7 @@ def test_plain_loop_matches_ar_when_greedy(pipe, cfg):
 def test_plain_loop_top_p_keeps_the_most_likely_ids(pipe):
     """A top-p below every probability leaves the argmax alone: AR's greedy tokens (Cosmos and
     Anole sample with top-p, and the bench times this loop beside them)."""
-    prompt = pipe.encode("red heart")
+    _, prompt, _ = encode_one(pipe, "red heart")
     plain = plain_ar(pipe.model, pipe.layout, prompt, top_p=1e-6, seed=3)
     ar = generate(pipe.model, prompt, layout=pipe.layout, method="ar", top_k=1).tokens[0]
     assert torch.equal(plain, ar)

@@ -229,7 +229,7 @@ def test_generate_video_refuses_what_it_cannot_make(tmp_path):
 
 
 def test_random_video_pipeline_decodes_clips_of_the_right_shape():
-    from jacobigen.pipeline import random_video_pipeline
+    from jacobigen.models import random_video_pipeline
 
     pipe = random_video_pipeline().with_frames(3)
     gen, clips = pipe.generate(["a", "b"], method="pjd+scd-mc", window=8, seed=0)

@@ -16,6 +16,7 @@ import argparse
 import torch
 
 from jacobigen import embedded as E
+from jacobigen.bundle import encode_one
 from jacobigen.models import EMBEDDED_PROMPTS, load_pipeline
 from jacobigen.sampling import SamplingConfig, target_probs
 
@@ -37,7 +38,8 @@ def main() -> None:
     sampling = SamplingConfig(**pipe.defaults)
     with torch.inference_mode():
         for text, toks in zip(prompts, gen.tokens, strict=True):
-            rows = [pipe.encode(text), pipe.uncond]
+            _, cond, uncond = encode_one(pipe, text)
+            rows = [cond, uncond]
             logits = []
             for pre in rows:
                 inp = torch.tensor(pre + toks[:-1].tolist())[None]

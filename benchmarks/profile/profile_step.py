@@ -18,6 +18,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from jacobigen.api import generate
+from jacobigen.bundle import encode_one
 from jacobigen.models import load_pipeline
 
 MODEL_FILES = ("model.py", "cache.py", "torch/nn/")
@@ -39,8 +40,9 @@ def count_ops(pipe, prompt, method, window, seed) -> float:
     def leave(*_):
         depth[0] -= 1
     hooks = [pipe.model.register_forward_pre_hook(enter), pipe.model.register_forward_hook(leave)]
+    _, enc, uncond = encode_one(pipe, prompt)
     with Count():
-        g = generate(pipe.model, pipe.encode(prompt), layout=pipe.layout, uncond=pipe.uncond, method=method,
+        g = generate(pipe.model, enc, layout=pipe.layout, uncond=uncond, method=method,
                      window=window, seed=seed, **pipe.defaults)
     for h in hooks:
         h.remove()
@@ -55,10 +57,10 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(1)
     pipe = load_pipeline("default", device="cpu")
-    enc = pipe.encode(args.prompt)
+    _, enc, uncond = encode_one(pipe, args.prompt)
     for spec in args.runs.split(","):
         method, window = spec.split(":")
-        kw = dict(layout=pipe.layout, uncond=pipe.uncond, method=method, window=int(window), **pipe.defaults)
+        kw = dict(layout=pipe.layout, uncond=uncond, method=method, window=int(window), **pipe.defaults)
         generate(pipe.model, enc, seed=0, **kw)                        # warm-up
         best = min((generate(pipe.model, enc, seed=1, **kw).stats for _ in range(3)), key=lambda s: s.wall_time)
         prof = cProfile.Profile()

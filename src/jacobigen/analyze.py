@@ -30,7 +30,7 @@ from tqdm.auto import tqdm
 
 from . import extras
 from .api import generate, make_decoder, prompt_rows
-from .bench import encode
+from .bundle import encode_one
 from .contract import model_device
 from .drafters import Drafter, Slots
 from .methods import get_method
@@ -95,9 +95,9 @@ def _decode(pipe, prompts: list[str], seeds: list[int], method: str, window: int
     config = _sampling(sampling)
     nfe, runs = [], []
     for prompt in prompts:
-        tokens, uncond = encode(pipe, prompt)
+        model, tokens, uncond = encode_one(pipe, prompt)
         rows, row_seeds = prompt_rows(tokens, list(seeds), uncond, config.guided)
-        _, stats = make_decoder(pipe.model, pipe.layout, config, parts).run(rows, row_seeds)
+        _, stats = make_decoder(model, pipe.layout, config, parts).run(rows, row_seeds)
         nfe += stats.sequence_nfe
         runs.append(stats)
     return nfe, runs, observed
@@ -160,7 +160,7 @@ def influence(pipe, prompts, seeds, perturbations: int = 16, window: int = 32,
     n_distance = torch.zeros(free.numel())
     n_offset = torch.zeros(2 * cols - 1)
     for prompt in prompts:
-        tokens, uncond = encode(pipe, prompt)
+        model, tokens, uncond = encode_one(pipe, prompt)
         gen = generate(model, tokens, layout=layout, uncond=uncond, method="scd-mc", window=window,
                        seed=list(seeds), **pipe.defaults)
         for image in gen.tokens:

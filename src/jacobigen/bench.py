@@ -24,6 +24,7 @@ from tqdm.auto import tqdm
 
 from . import extras
 from .api import generate
+from .bundle import ModelBundle, encode_one
 from .checks import image_seeds
 from .contract import model_device
 from .costs import block_size, forward_cost_curve, predicted_seconds_per_image
@@ -31,7 +32,6 @@ from .engine import sync
 from .errors import ConfigError, JacobigenError
 from .fid import features, frechet_distance
 from .methods import parse_variant
-from .pipeline import Pipeline
 from .plain_ar import plain_ar
 from .stats import step_compression
 from .threads import choose_threads, environment, environment_line, loadavg
@@ -119,16 +119,7 @@ class Run:
     acceptance: list | None = None      # iteration that committed each token [rows][frames * cols]
 
 
-def encode(pipe: Pipeline, prompt: str) -> tuple[list[int], list[int]]:
-    """(prompt tokens, unconditional tokens) as ``pipe.generate`` makes them: some model families
-    reset per-call prompt state first and derive the unconditional prompt from the prompt."""
-    if getattr(pipe, "prepare", None):
-        pipe.prepare()
-    uncond_for = getattr(pipe, "uncond_for", None)
-    return pipe.encode(prompt), uncond_for(prompt) if uncond_for else pipe.uncond
-
-
-def decode_one(pipe: Pipeline, method: str, window: int, prompt: str, seed: int, **sampling) -> Run:
+def decode_one(pipe: ModelBundle, method: str, window: int, prompt: str, seed: int, **sampling) -> Run:
     """Generate one image's tokens with ``method`` (a preset or ``NAME[key=value,...]``, or the plain
     loop), timed on the wall clock and the process CPU clock with the device synchronised at both ends.
 
@@ -136,8 +127,8 @@ def decode_one(pipe: Pipeline, method: str, window: int, prompt: str, seed: int,
     token) and one per further token, ``layout.length`` in all, the same count as ``ar``'s, so its
     step compression is 1; every iteration commits one token."""
     opts = {**pipe.defaults, **sampling}
-    tokens, uncond = encode(pipe, prompt)
-    device = model_device(pipe.model)
+    model, tokens, uncond = encode_one(pipe, prompt)
+    device = model_device(model)
     if method == PLAIN:
         opts = {k: v for k, v in opts.items() if v is not None}
         if set(opts) - {"cfg", "temperature", "top_k", "top_p"}:
@@ -145,11 +136,11 @@ def decode_one(pipe: Pipeline, method: str, window: int, prompt: str, seed: int,
     sync(device)
     wall, cpu = time.perf_counter(), time.process_time()
     if method == PLAIN:
-        plain_ar(pipe.model, pipe.layout, tokens, uncond, seed=seed, **opts)
+        plain_ar(model, pipe.layout, tokens, uncond, seed=seed, **opts)
         stats = None
     else:
         v = parse_variant(method)
-        stats = generate(pipe.model, tokens, layout=pipe.layout, uncond=uncond, method=v.method.name,
+        stats = generate(model, tokens, layout=pipe.layout, uncond=uncond, method=v.method.name,
                          window=v.window or window, seed=seed, timing=True, **v.options, **opts).stats
     sync(device)
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
@@ -172,7 +163,7 @@ def unbuildable(variant, window: int) -> str | None:
     return None
 
 
-def choose_window(pipe: Pipeline, variant, prompt: str, seed: int, curve: dict[int, float],
+def choose_window(pipe: ModelBundle, variant, prompt: str, seed: int, curve: dict[int, float],
                   **sampling) -> tuple[int, dict[int, float]]:
     """Pilot the method at each candidate window and pick the one with the lowest predicted
     time per image on this device: NFE(window) x forward cost(block size(window))."""
@@ -184,7 +175,7 @@ def choose_window(pipe: Pipeline, variant, prompt: str, seed: int, curve: dict[i
     return min(predicted, key=predicted.get), predicted
 
 
-def run_bench(pipe: Pipeline, methods: list[str], windows: list, prompts: list[str],
+def run_bench(pipe: ModelBundle, methods: list[str], windows: list, prompts: list[str],
               seeds: list[int], progress: bool = True, warmup: bool = True, model_spec: str | None = None,
               **sampling) -> tuple[list[Row], dict]:
     """Run ``ar``, the plain loop and every (method, window) on every (prompt, seed), interleaved so
@@ -240,7 +231,7 @@ def run_bench(pipe: Pipeline, methods: list[str], windows: list, prompts: list[s
     return sorted(rows.values(), key=lambda r: (order[r.method], r.auto, r.window)), extra
 
 
-def compiled(pipe: Pipeline) -> Pipeline:
+def compiled(pipe: ModelBundle) -> ModelBundle:
     """The pipeline with its model forward under ``torch.compile(dynamic=True)``: block sizes,
     cache capacities and row counts vary from call to call, and dynamic shapes let a few graphs
     serve them all instead of one recompilation per shape. Dynamo's caches are reset first, so
@@ -251,7 +242,7 @@ def compiled(pipe: Pipeline) -> Pipeline:
     return replace(pipe, model=torch.compile(pipe.model, dynamic=True))
 
 
-def run_compiled_bench(pipe: Pipeline, *args, **kwargs) -> tuple[list[Row], dict]:
+def run_compiled_bench(pipe: ModelBundle, *args, **kwargs) -> tuple[list[Row], dict]:
     """:func:`run_bench` on the compiled model: its warm-up compiles, so ``warmup_seconds`` holds
     the compile time. Any failure to compile (no C++ compiler, an unsupported op) becomes one
     error that says so."""
@@ -275,7 +266,7 @@ def run_compiled_bench(pipe: Pipeline, *args, **kwargs) -> tuple[list[Row], dict
     return rows, extra
 
 
-def run_settings(pipe: Pipeline, threads: list[int | None], compile: bool, *args,
+def run_settings(pipe: ModelBundle, threads: list[int | None], compile: bool, *args,
                  **kwargs) -> dict[str, tuple[list[Row], dict]]:
     """The whole bench once per thread count (None: :func:`~jacobigen.threads.choose_threads`'s
     policy), and with ``compile`` once more per count on the compiled model. Keys: ``threads-N``
@@ -294,7 +285,7 @@ def run_settings(pipe: Pipeline, threads: list[int | None], compile: bool, *args
 FID_BATCH = 16  # sequences decoded together when sampling image sets
 
 
-def sample_images(pipe: Pipeline, method: str, window: int, prompts: list[str], seeds: list[int],
+def sample_images(pipe: ModelBundle, method: str, window: int, prompts: list[str], seeds: list[int],
                   **kwargs) -> list[Image.Image]:
     """One image per (prompt, seed), ``FID_BATCH`` sequences in flight (continuous refill)."""
     return pipe.generate(prompts, method=method, window=window, seed=seeds, batch_size=FID_BATCH, **kwargs)[1]
@@ -305,7 +296,7 @@ class FidReference:
     """What sample sets are scored against: ``ar`` on a second, disjoint set of seeds, and the
     model's held-out images for the same captions (None when it ships none). Every set scored
     is made from the same ``prompts`` and ``seeds``."""
-    pipe: Pipeline
+    pipe: ModelBundle
     prompts: list[str]
     seeds: list[int]
     ar: np.ndarray
@@ -314,7 +305,7 @@ class FidReference:
     sampling: dict
 
     @classmethod
-    def build(cls, pipe: Pipeline, n: int, **sampling) -> FidReference:
+    def build(cls, pipe: ModelBundle, n: int, **sampling) -> FidReference:
         data = None
         if pipe.reference is not None:
             captions, images = pipe.reference()
@@ -342,7 +333,7 @@ class FidReference:
                 "ar_reference_vs_data": None if self.data is None else frechet_distance(self.ar, self.data)}
 
 
-def run_fid(pipe: Pipeline, rows: list[Row], n: int, progress: bool = True, **sampling) -> dict:
+def run_fid(pipe: ModelBundle, rows: list[Row], n: int, progress: bool = True, **sampling) -> dict:
     """Sample ``n`` images per (method, window) row, same prompts and seeds for every row, and set
     the rows' FID figures. ``ar``'s own row against the ``ar`` reference is the noise level: two
     ``ar`` runs with different seeds; a lossless method should land within it."""

@@ -26,8 +26,8 @@ class ImageModel(Protocol):
     longer requests with a ConfigError and never send a position ``>= max_seq_len`` (slots a block
     holds past the image end, whose outputs are discarded, get the last valid position).
 
-    ``new_cache(rows, capacity)`` returns a :class:`~jacobigen.cache.KVCache` (or a subclass) with
-    all lengths zero, on the model's device, ``capacity`` slots per row.
+    ``new_cache(rows, capacity)`` returns a :class:`~jacobigen.cache.KVCache` with all lengths
+    zero, on the model's device, ``capacity`` slots per row.
 
     ``model(tokens, positions, mask, cache) -> logits``:
 
@@ -44,6 +44,11 @@ class ImageModel(Protocol):
     entries survive (``cache.commit``) after verification.
 
     ``parameters()`` yields at least one tensor: the decoders take the device from the first.
+
+    Optional: a model whose positions alone do not tell where its image starts (LlamaGen's 2-D RoPE
+    counts image tokens from the end of prompts of different lengths) sets ``needs_prompt_len =
+    True``; every forward then also gets ``prompt_len`` [R], each row's prompt length (header
+    included), from :func:`prompt_lengths`.
     """
 
     vocab_size: int
@@ -55,6 +60,11 @@ class ImageModel(Protocol):
                  mask: torch.Tensor | None = None, cache: KVCache | None = None) -> torch.Tensor: ...
 
     def parameters(self) -> Iterator[torch.nn.Parameter]: ...
+
+
+def prompt_lengths(model: ImageModel, lengths: torch.Tensor) -> dict:
+    """The keyword arguments that hand ``lengths`` [R] to a model that needs them (none otherwise)."""
+    return {"prompt_len": lengths} if getattr(model, "needs_prompt_len", False) else {}
 
 
 def default_device() -> str:
@@ -122,20 +132,23 @@ def conformance(model: ImageModel, prompt: list[int], image: list[int], atol: fl
         padded = torch.cat([seq[:p], seq.new_zeros(2)])
         positions = torch.arange(p + 2, device=device).expand(2, -1)
         _forward_checked(model, cache, torch.stack([seq[:p + 2], padded]), positions,
-                         prefix_structure(cut, p + 2), reference, cut, atol)
+                         prefix_structure(cut, p + 2), reference, cut, atol, p)
         cache.commit(None, cut)
         t = n - p - 2
         block = torch.stack([seq[p + 2:], seq[p:n - 2]])
         positions = cut[:, None] + torch.arange(t, device=device)
         _forward_checked(model, cache, block, positions, causal(t, device), reference, torch.full_like(cut, t),
-                         atol)
+                         atol, p)
 
 
-def _forward_checked(model, cache, block, positions, structure, reference, valid, atol: float) -> None:
-    """One cached forward, checked against ``reference`` on each row's first ``valid[r]`` tokens."""
+def _forward_checked(model, cache, block, positions, structure, reference, valid, atol: float,
+                     prompt: int) -> None:
+    """One cached forward, checked against ``reference`` on each row's first ``valid[r]`` tokens;
+    both rows' prompts are ``prompt`` tokens long."""
     lengths = cache.lengths.clone()
     t = block.shape[1]
-    logits = model(block, positions, block_mask(cache.lengths, cache.capacity, structure), cache)
+    logits = model(block, positions, block_mask(cache.lengths, cache.capacity, structure), cache,
+                   **prompt_lengths(model, torch.full_like(lengths, prompt)))
     assert torch.equal(cache.lengths, lengths), \
         f"the model changed cache.lengths {lengths.tolist()} -> {cache.lengths.tolist()}: only the decoder commits"
     keys = cache.keys[0][:, 0, :, 0]

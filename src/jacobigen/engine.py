@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .contract import model_device
+from .contract import model_device, prompt_lengths
 from .draws import Draws
 from .errors import WeightsError
 from .masks import block_mask, prefix_structure
@@ -113,13 +113,14 @@ class Engine:
         takes instead of one beyond its context (the contract: jacobigen.contract.ImageModel)."""
         tokens, node_pos = per_model_row(block.tokens, self.group), per_model_row(block.node_pos, self.group)
         positions = (fl.base[:, None] + node_pos).clamp(max=self.last_position)
-        return self._run_model(tokens, positions, block.mask, cache)
+        return self._run_model(tokens, positions, block.mask, cache, fl.base)
 
-    def _run_model(self, tokens, positions, mask, cache) -> torch.Tensor:
+    def _run_model(self, tokens, positions, mask, cache, prompt_len: torch.Tensor) -> torch.Tensor:
+        """One forward; ``prompt_len`` [R]: each model row's prompt length, for a model that needs it."""
         if self.timed:
             sync(self.device)
         t0 = time.perf_counter()
-        logits = self.model(tokens, positions, mask, cache)
+        logits = self.model(tokens, positions, mask, cache, **prompt_lengths(self.model, prompt_len))
         if self.timed:
             sync(self.device)
         self.forward_time += time.perf_counter() - t0
@@ -142,7 +143,7 @@ class Engine:
         rows = rows.to(self.device)
         positions = torch.arange(width, device=self.device).expand_as(rows)
         mask = block_mask(cache.lengths, cache.capacity, prefix_structure(base, width))
-        logits = self._run_model(rows, positions, mask, cache)
+        logits = self._run_model(rows, positions, mask, cache, base)
         last = logits[torch.arange(len(prefixes), device=self.device), base - 1][:, None]
         if bool((last.isnan() | last.isposinf()).any()):   # -inf is how adapters rule ids out; one read per admission
             raise WeightsError(f"the model ({getattr(self.model, 'name', type(self.model).__name__)}) returned "

@@ -20,9 +20,9 @@ from pathlib import Path
 
 from PIL import Image
 
+from .bundle import ModelBundle
 from .checks import image_seeds
 from .files import atomic_write, check_writable, sweep_temporaries
-from .pipeline import Pipeline
 from .stats import step_compression
 
 
@@ -118,7 +118,7 @@ class Outputs:
         return summary
 
 
-def render(pipe: Pipeline, jobs: list[Job], batch_size: int | None = None, **options) -> list[tuple[bytes, dict]]:
+def render(pipe: ModelBundle, jobs: list[Job], batch_size: int | None = None, **options) -> list[tuple[bytes, dict]]:
     """Decode ``jobs`` together (continuous refill past ``batch_size``); a PNG and a record each."""
     gen, images = pipe.generate([j.prompt for j in jobs], seed=[j.seed for j in jobs],
                                 batch_size=batch_size, **options)
@@ -135,7 +135,7 @@ def render(pipe: Pipeline, jobs: list[Job], batch_size: int | None = None, **opt
     return out
 
 
-def run_local(pipe: Pipeline, jobs: list[Job], outputs: Outputs, batch_size: int, chunk: int,
+def run_local(pipe: ModelBundle, jobs: list[Job], outputs: Outputs, batch_size: int, chunk: int,
               on_result: Callable[[Job, dict], None] | None = None, **options) -> None:
     """Render the pending jobs in this process, ``chunk`` jobs per decode call."""
     for part in chunks(outputs.pending(jobs), chunk):

@@ -1,26 +1,29 @@
-"""Resolve a ``--model`` string to a :class:`~jacobigen.pipeline.Pipeline`."""
+"""Our own models as :class:`~jacobigen.bundle.ModelBundle` s (the shipped emoji models, the random
+ones), and ``--model`` strings resolved to a bundle (families: :mod:`jacobigen.families`)."""
 
 from __future__ import annotations
 
 import functools
 import hashlib
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import torch
 from PIL import Image
 
 from . import embedded as E
+from .bundle import ModelBundle, palette_decode, rows_encoder
 from .contract import default_device
 from .errors import ConfigError, WeightsError
 from .layout import ImageLayout, VideoLayout
-from .model import load_transformer
-from .pipeline import Pipeline, random_pipeline, random_video_pipeline
+from .model import Transformer, TransformerConfig, load_transformer
 
 WEIGHTS = Path(__file__).parent / "weights"
 VIDEO_PROMPTS = ["red heart bouncing", "sun spinning clockwise", "grinning face moving right", "red apple zooming in"]
 EMBEDDED_PROMPTS = ["red heart", "grinning face", "red apple", "blue car", "sun", "green tree",
                     "yellow star", "pizza"]
+PROMPT_BYTES = 48     # the random model's prompt bytes, as the byte-caption emoji model's
 
 
 def emoji_export(weights: Path, device: str, what: str, extra_ids: int = 0):
@@ -50,20 +53,20 @@ def vq_pictures(vq, grids: torch.Tensor) -> list[Image.Image]:
     return [Image.fromarray(p) for p in pixels]
 
 
-def embedded_pipeline(weights: Path = WEIGHTS, device: str = "cpu") -> Pipeline:
+def embedded_pipeline(weights: Path = WEIGHTS, device: str = "cpu") -> ModelBundle:
     """The emoji model that ships in the package: VQ tokenizer + text-conditioned AR transformer.
     ``weights`` is a folder with ``ar.safetensors`` (and ``words.json`` for word captions); the VQ
     and the held-out reference come from it when it has them, else from the package."""
     vq, model, captions = emoji_export(weights, device, "an emoji model")
     layout = ImageLayout(E.GRID, E.GRID, (0, E.CODEBOOK_SIZE), eol_id=E.EOL, end_id=E.EOI)
-    return Pipeline("emoji", model, layout, captions.tokens, E.unconditional_tokens(),
-                    lambda grids: vq_pictures(vq, grids), defaults=dict(E.SAMPLING),
-                    example_prompts=EMBEDDED_PROMPTS,
-                    reference=lambda: heldout_reference(own_or_shipped(Path(weights), "heldout.json").parent),
-                    prompt_note=captions.note)
+    return ModelBundle("emoji", model, layout, rows_encoder(captions.tokens, E.unconditional_tokens()),
+                       lambda grids, _=None: vq_pictures(vq, grids), defaults=dict(E.SAMPLING),
+                       example_prompts=EMBEDDED_PROMPTS,
+                       reference=lambda: heldout_reference(own_or_shipped(Path(weights), "heldout.json").parent),
+                       prompt_note=captions.note)
 
 
-def video_pipeline(weights: Path = WEIGHTS / "video", device: str = "cpu") -> Pipeline:
+def video_pipeline(weights: Path = WEIGHTS / "video", device: str = "cpu") -> ModelBundle:
     """The animated-emoji model: the image model's VQ decodes each frame; its captions are read like
     the image model's; end-of-frame is the first id after the captions'. Clips hold up to as many
     frames as the model's positions were trained for."""
@@ -72,13 +75,57 @@ def video_pipeline(weights: Path = WEIGHTS / "video", device: str = "cpu") -> Pi
     layout = VideoLayout(E.GRID, E.GRID, (0, E.CODEBOOK_SIZE), eol_id=E.EOL, end_id=E.EOI, frames=frames,
                          eof_id=captions.vocab_size)
 
-    def decode(clips: torch.Tensor) -> list[list[Image.Image]]:
+    def decode(clips: torch.Tensor, _=None) -> list[list[Image.Image]]:
         pictures = vq_pictures(vq, clips.flatten(0, 1))
         return [pictures[i:i + clips.shape[1]] for i in range(0, len(pictures), clips.shape[1])]
 
-    return Pipeline("emoji-video", model, layout, captions.tokens, E.unconditional_tokens(), decode,
-                    defaults=dict(E.SAMPLING), example_prompts=VIDEO_PROMPTS, prompt_note=captions.note,
-                    max_frames=frames)
+    return ModelBundle("emoji-video", model, layout, rows_encoder(captions.tokens, E.unconditional_tokens()),
+                       decode, defaults=dict(E.SAMPLING), example_prompts=VIDEO_PROMPTS, prompt_note=captions.note,
+                       max_frames=frames)
+
+
+def random_pipeline(seed: int = 0, rows: int = 16, cols: int = 16, codes: int = 1024, device: str = "cpu"
+                    ) -> ModelBundle:
+    """A random-weight model with a realistic layout: for trying the tools, not for pictures."""
+    eol, boi, bos = codes, codes + 1, codes + 2
+    layout = ImageLayout(rows, cols, (0, codes), eol_id=eol, header=(boi,))
+    model, encode = _random_model(seed, layout, codes + 3, bos, layout.length, device)
+    return ModelBundle("random", model, layout, rows_encoder(encode, [bos]),
+                       lambda g, _=None: palette_decode(g, layout.image_ids),
+                       note="random weights: images are noise, for trying the tools; --model default draws emoji",
+                       prompt_note=functools.partial(E.byte_note, limit=PROMPT_BYTES))
+
+
+def random_video_pipeline(seed: int = 0, frames: int = 4, side: int = 8, codes: int = 1024, max_frames: int = 8,
+                          device: str = "cpu") -> ModelBundle:
+    """A random-weight clip model with every structural token (end of line, frame and clip): for
+    trying the video tools, not for pictures."""
+    eol, boi, bos, eof, end = range(codes, codes + 5)
+    layout = VideoLayout(side, side, (0, codes), eol_id=eol, end_id=end, header=(boi,), frames=frames, eof_id=eof)
+    longest = replace(layout, frames=max_frames).length
+    model, encode = _random_model(seed, layout, codes + 5, bos, longest, device)
+    return ModelBundle("random-video", model, layout, rows_encoder(encode, [bos]),
+                       lambda g, _=None: [palette_decode(clip, layout.image_ids) for clip in g],
+                       note="random weights: clips are noise, for trying the tools",
+                       prompt_note=functools.partial(E.byte_note, limit=PROMPT_BYTES), max_frames=max_frames)
+
+
+def _random_model(seed: int, layout: ImageLayout, byte_offset: int, bos: int, longest: int, device: str):
+    """(model, encode) of a random model: fan-in scaled weights give peaked, context-dependent
+    next-token laws; a prompt is BOS and its first UTF-8 bytes, each ``byte_offset + b``."""
+    torch.manual_seed(seed)
+    model = Transformer(TransformerConfig(vocab_size=byte_offset + 256, dim=128, n_layers=4, n_heads=4,
+                                          max_seq_len=64 + longest))
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() == 2:
+                p.normal_(0, p.shape[1] ** -0.5)
+        model.embed.weight.normal_(0, 1.0)
+
+    def encode(text: str) -> list[int]:
+        return [bos, *(byte_offset + b for b in text.encode()[:PROMPT_BYTES])]
+
+    return model.to(device).eval(), encode
 
 
 def own_or_shipped(weights: Path, name: str) -> Path:
@@ -143,7 +190,7 @@ def weights_provenance(spec: str) -> dict[str, str] | str:
     return weights_id(spec)
 
 
-def load_pipeline(spec: str = "default", device: str | None = None, trust_checkpoint: bool = False) -> Pipeline:
+def load_pipeline(spec: str = "default", device: str | None = None, trust_checkpoint: bool = False) -> ModelBundle:
     """``default``/``emoji`` (shipped), ``emoji:DIR`` (an emoji model export: ar.safetensors and its
     words.json), ``random``, ``random-video`` (a clip model), or ``FAMILY:PATH`` for a real model family.
     ``device=None`` picks CUDA when available; an unavailable device is a :class:`ConfigError`.

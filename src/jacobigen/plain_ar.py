@@ -1,13 +1,13 @@
 """The baseline a user would write in ten minutes: a plain-torch KV-cache AR sampler.
 
-It calls the documented model interface (``model(tokens, positions, mask, cache)``) and nothing
-else of jacobigen's decoding code: prefill the prompt (and the unconditional prompt for CFG,
-left-padded to the same length), then one token per forward, each through CFG -> allowed ids ->
-temperature -> top-k -> top-p -> multinomial, forced end-of-line/end-of-image tokens written without
-sampling (the model is still run on them, as an AR loop must). That is ``layout.length`` forwards:
-the prefill gives the first token, one more forward each further token. It shares no code with
-the engine on purpose. ``jacobigen bench`` times it beside ``ar`` and reports every latency speedup
-against the faster of the two.
+It calls the documented model interface (``model(tokens, positions, mask, cache)``, plus the prompt
+lengths of a model that needs them) and nothing else of jacobigen's decoding code: prefill the
+prompt (and the unconditional prompt for CFG, left-padded to the same length), then one token per
+forward, each through CFG -> allowed ids -> temperature -> top-k -> top-p -> multinomial, forced
+end-of-line/end-of-image tokens written without sampling (the model is still run on them, as an AR
+loop must). That is ``layout.length`` forwards: the prefill gives the first token, one more forward
+each further token. It shares no code with the engine on purpose. ``jacobigen bench`` times it
+beside ``ar`` and reports every latency speedup against the faster of the two.
 
 Its tokens are not ours (it uses torch's generator, not our counter-based draws): it is a timing
 reference, and its distribution is the AR distribution by construction. With ``top_k=1`` there is
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import torch
 
-from .contract import model_device
+from .contract import model_device, prompt_lengths
 
 
 @torch.inference_mode()
@@ -44,7 +44,8 @@ def plain_ar(model, layout, prompt: list[int], uncond: list[int] | None = None, 
     visible = causal[None] & ~pad[:, None, :] | torch.eye(width, dtype=torch.bool, device=device)
     mask = torch.full((len(rows), 1, width, cache.capacity), float("-inf"), device=device)
     mask[:, 0, :, :width] = torch.where(visible, 0.0, float("-inf"))
-    logits = model(tokens, positions, mask, cache)[:, -1]
+    lengths = prompt_lengths(model, torch.tensor([len(r) for r in rows], device=device))
+    logits = model(tokens, positions, mask, cache, **lengths)[:, -1]
     cache.lengths += width
 
     lo, hi = layout.image_ids
@@ -75,7 +76,7 @@ def plain_ar(model, layout, prompt: list[int], uncond: list[int] | None = None, 
         if i + 1 == layout.length:
             break
         step_mask[..., width + i] = 0.0      # the new token sees itself: open its slot first
-        logits = model(tok.view(1, 1).expand(len(rows), 1), pos, step_mask, cache)[:, -1]
+        logits = model(tok.view(1, 1).expand(len(rows), 1), pos, step_mask, cache, **lengths)[:, -1]
         cache.lengths += 1
         pos = pos + 1
     return out

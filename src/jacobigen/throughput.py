@@ -14,13 +14,13 @@ from tqdm.auto import tqdm
 
 from . import extras
 from .bench import pct
+from .bundle import ModelBundle
 from .checks import image_seeds
 from .methods import get_method
-from .pipeline import Pipeline
 from .threads import environment, environment_line, loadavg
 
 
-def run_throughput(pipe: Pipeline, methods: list[str], batch_sizes: list[int], n_images: int,
+def run_throughput(pipe: ModelBundle, methods: list[str], batch_sizes: list[int], n_images: int,
                    window: int, repeats: int = 1, progress: bool = True, model_spec: str | None = None,
                    **sampling) -> tuple[list[dict], dict]:
     """Decode ``n_images`` images (example prompts, seeds 0..n-1) for every (method, batch size),

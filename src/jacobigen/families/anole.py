@@ -14,16 +14,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..bundle import ModelBundle, rows_encoder
 from ..errors import WeightsError
 from ..layout import ImageLayout
-from .base import FamilyPipeline, token_id
+from .base import token_id
 from .chameleon import IMAGE_END, IMAGE_START, TURN_END, chameleon_adapter, image_decoder, load_chameleon
 
 SIDE = 32        # 1024 tokens: 512 px through the 16x VQGAN
 DEFAULTS = {"cfg": 3.0, "temperature": 0.7, "top_p": 0.9}
 
 
-def anole_pipeline(hf, tokenizer, vq_decoder=None, side: int = SIDE) -> FamilyPipeline:
+def anole_pipeline(hf, tokenizer, vq_decoder=None, side: int = SIDE) -> ModelBundle:
     """``side``: tokens per image side (Anole was trained on 32; tiny test models take fewer)."""
     lo, hi, decode = image_decoder(hf, vq_decoder)
     bos = tokenizer.bos_token_id
@@ -36,10 +37,11 @@ def anole_pipeline(hf, tokenizer, vq_decoder=None, side: int = SIDE) -> FamilyPi
         return [bos, *tokenizer(text, add_special_tokens=False)["input_ids"], eot, boi]
 
     note = "" if vq_decoder is not None else "no vqgan.ckpt found: images are token palettes"
-    return FamilyPipeline("anole", chameleon_adapter(hf), layout, encode, [bos, boi], decode, dict(DEFAULTS), note)
+    return ModelBundle("anole", chameleon_adapter(hf), layout, rows_encoder(encode, [bos, boi]), decode,
+                       dict(DEFAULTS), note=note)
 
 
-def load(path: str | Path, device: str = "cpu", trust_checkpoint: bool = False) -> FamilyPipeline:
+def load(path: str | Path, device: str = "cpu", trust_checkpoint: bool = False) -> ModelBundle:
     """A transformers-format Anole directory (e.g. ``leloy/Anole-7b-v0.1-hf``) with Chameleon's
     ``vqgan.ckpt`` in it or in ``tokenizer/``."""
     return anole_pipeline(*load_chameleon(path, device, "Anole", trust_checkpoint))

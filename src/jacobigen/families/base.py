@@ -13,7 +13,6 @@ import os
 import pickle
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -21,10 +20,8 @@ import torch
 from PIL import Image
 from torch import nn
 
-from ..api import Generation, generate
 from ..cache import KVCache
 from ..errors import ConfigError, WeightsError
-from ..pipeline import Pipeline
 
 
 def require_dir(path: str | Path, what: str) -> Path:
@@ -190,30 +187,3 @@ class HFAdapter(nn.Module):
                                 cache=self._bridge(cache) if cache is not None else None,
                                 use_cache=cache is not None)
         return self._head(out.last_hidden_state).float()
-
-
-@dataclass
-class FamilyPipeline(Pipeline):
-    """A Pipeline whose unconditional prompt depends on the prompt (Janus pads the prompt itself)."""
-
-    uncond_for: Callable[[str], list[int]] | None = None
-    max_prompts: int | None = None   # distinct prompts one call can condition on (LlamaGen t2i bank)
-    prepare: Callable[[], None] | None = None   # reset per-call prompt state before encoding
-
-    def generate(self, prompts, **kwargs) -> tuple[Generation, list[Image.Image]]:
-        prompts = [prompts] if isinstance(prompts, str) else list(prompts)
-        if self.max_prompts is not None and len(set(prompts)) > self.max_prompts:
-            raise ConfigError(f"{self.name} conditions on at most {self.max_prompts} distinct prompts "
-                              f"per call, got {len(set(prompts))}: split them into several calls")
-        if self.prepare is not None:
-            self.prepare()
-        if self.uncond_for is None:
-            return super().generate(prompts, **kwargs)
-        opts = {**self.defaults, **kwargs}
-        tokens = [self.encode(p) for p in prompts]
-        unconds = [self.uncond_for(p) for p in prompts]
-        seeds = opts.pop("seed", 0)
-        if len(prompts) == 1 and isinstance(seeds, list):   # one prompt, several seeds
-            tokens, unconds = tokens * len(seeds), unconds * len(seeds)
-        gen = generate(self.model, tokens, layout=self.layout, uncond=unconds, seed=seeds, **opts)
-        return gen, self.decode(gen.grid)

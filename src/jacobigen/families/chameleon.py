@@ -23,10 +23,10 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from ..bundle import ModelBundle, palette_decode, rows_encoder
 from ..errors import ConfigError, WeightsError
 from ..layout import ImageLayout
-from ..pipeline import palette_decode
-from .base import FamilyPipeline, HFAdapter, contiguous_range, load_hf, load_tokenizer, require_dir, to_pil, token_id
+from .base import HFAdapter, contiguous_range, load_hf, load_tokenizer, require_dir, to_pil, token_id
 
 IMAGE_START, IMAGE_END, NEW_LINE = "<racm3:break>", "<eoss>", "<reserved08799>"
 PROMPT = "Generate an image of {w}x{h} according to the following prompt:\n{text}"
@@ -57,7 +57,7 @@ def image_decoder(hf, vq_decoder) -> tuple[int, int, Callable]:
     for bpe, code in mapping.bpe2img.items():
         lut[bpe] = code
 
-    def decode(grids: torch.Tensor):
+    def decode(grids: torch.Tensor, _=None):
         if vq_decoder is None:
             return palette_decode(grids, (lo, hi))
         with torch.inference_mode():
@@ -66,8 +66,8 @@ def image_decoder(hf, vq_decoder) -> tuple[int, int, Callable]:
     return lo, hi, decode
 
 
-def chameleon_pipeline(hf, tokenizer, size: int = 768, vq_decoder=None) -> FamilyPipeline:
-    """Pipeline for a ``size`` x ``size`` image (multiple of 32 pixels)."""
+def chameleon_pipeline(hf, tokenizer, size: int = 768, vq_decoder=None) -> ModelBundle:
+    """The bundle for a ``size`` x ``size`` image (multiple of 32 pixels)."""
     if size % PATCH:
         raise ConfigError(f"Lumina-mGPT image sizes are multiples of {PATCH} pixels, got {size}")
     grids = size // PATCH
@@ -82,8 +82,8 @@ def chameleon_pipeline(hf, tokenizer, size: int = 768, vq_decoder=None) -> Famil
         return list(ids) + header
 
     note = "" if vq_decoder is not None else "no vqgan.ckpt found: images are token palettes"
-    return FamilyPipeline("chameleon", chameleon_adapter(hf), layout, encode, header, decode,
-                          dict(DEFAULTS), note)
+    return ModelBundle("chameleon", chameleon_adapter(hf), layout, rows_encoder(encode, header), decode,
+                       dict(DEFAULTS), note=note)
 
 
 # --- loading ------------------------------------------------------------------------------------
@@ -153,7 +153,7 @@ def load_chameleon(path: str | Path, device: str, what: str, trust_checkpoint: b
 
 
 def load(path: str | Path, device: str = "cpu", size: int | None = None,
-         trust_checkpoint: bool = False) -> FamilyPipeline:
+         trust_checkpoint: bool = False) -> ModelBundle:
     """``size``: image side in pixels; by default the one the release name states, else 768."""
     hf, tok, vq = load_chameleon(path, device, "Chameleon / Lumina-mGPT", trust_checkpoint)
     return chameleon_pipeline(hf, tok, size or size_from_name(Path(path).expanduser()) or 768, vq)

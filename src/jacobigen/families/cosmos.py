@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
@@ -35,12 +34,12 @@ import torch.nn.functional as F
 from PIL import Image
 from torch import nn
 
-from ..api import generate
+from ..bundle import ModelBundle, rows_encoder
 from ..cache import KVCache
 from ..errors import ConfigError, WeightsError
 from ..layout import VideoLayout
 from ..model import rotate
-from .base import FamilyPipeline, read_checkpoint
+from .base import read_checkpoint
 from .cosmos_tokenizer import JitDecoder, find_decoder, preview
 from .llamagen import RMSNorm
 
@@ -264,34 +263,12 @@ def save_config(model: Cosmos, directory: Path) -> None:
 
 # --- the pipeline ---------------------------------------------------------------------------------
 
-@dataclass
-class CosmosPipeline(FamilyPipeline):
-    """Clips decode with their condition frames first, as Cosmos' decoder reads whole chunks and
-    Cosmos writes the whole clip; ``decode`` alone (sampled tokens, no condition) shows the preview."""
-
-    frames_of: Callable[[torch.Tensor], torch.Tensor] | None = None   # tokens [B, t, h, w] -> [B, T, H, W, 3]
-    context_frames: int = 1
-
-    def generate(self, prompts, **kwargs):
-        prompts = self.texts(prompts)
-        opts = {**self.defaults, **kwargs}
-        seeds = opts.pop("seed", 0)
-        contexts = [self.encode(p) for p in prompts]
-        if len(prompts) == 1 and isinstance(seeds, list):      # one prompt, several seeds
-            contexts = contexts * len(seeds)
-        gen = generate(self.model, contexts if len(contexts) > 1 else contexts[0], layout=self.layout, seed=seeds,
-                       **opts)
-        cond = torch.tensor(contexts, device=gen.grid.device).view(len(contexts), self.context_frames,
-                                                                   *gen.grid.shape[-2:])
-        return gen, frames_to_images(self.frames_of(torch.cat([cond, gen.grid], 1)))
-
-
 def frames_to_images(frames: torch.Tensor) -> list[list[Image.Image]]:
     """uint8 frames [B, T, H, W, 3] -> one list of RGB images per clip."""
     return [[Image.fromarray(f.numpy()) for f in clip] for clip in frames.cpu()]
 
 
-def cosmos_pipeline(model: Cosmos, decoder_path: Path | None = None, device: str = "cpu") -> CosmosPipeline:
+def cosmos_pipeline(model: Cosmos, decoder_path: Path | None = None, device: str = "cpu") -> ModelBundle:
     c = model.config
     t, h, w = c.latent_shape
     if not 1 <= c.context_frames < t:
@@ -314,12 +291,20 @@ def cosmos_pipeline(model: Cosmos, decoder_path: Path | None = None, device: str
     else:
         frames_of = preview
         note = "no decoder.jit found: clips show the FSQ codes of each latent frame as colours, not pixels"
-    return CosmosPipeline("cosmos", model, layout, encode, [], lambda g: frames_to_images(preview(g)),
-                          defaults=dict(c.sampling), note=note, example_prompts=[], frames_of=frames_of,
-                          context_frames=c.context_frames)
+
+    def decode(clips: torch.Tensor, prompts=None) -> list[list[Image.Image]]:
+        """Clips with their condition frames first, as Cosmos' decoder reads whole chunks and Cosmos
+        writes the whole clip; without prompts, the sampled frames' preview."""
+        if prompts is None:
+            return frames_to_images(preview(clips))
+        cond = torch.tensor(prompts.cond, device=clips.device).view(len(prompts.cond), c.context_frames, h, w)
+        return frames_to_images(frames_of(torch.cat([cond, clips], 1)))
+
+    return ModelBundle("cosmos", model, layout, rows_encoder(encode, None), decode, dict(c.sampling), note=note,
+                       example_prompts=[])
 
 
-def load(path: str | Path, device: str = "cpu") -> CosmosPipeline:
+def load(path: str | Path, device: str = "cpu") -> ModelBundle:
     """``--model cosmos:DIR`` (``DIR/model.pt``, its ``decoder.jit`` found beside it or in the
     tokenizer's release folder next to it)."""
     p = Path(path).expanduser()

@@ -15,8 +15,9 @@ from pathlib import Path
 
 import torch
 
+from ..bundle import ModelBundle, rows_encoder
 from ..layout import ImageLayout
-from .base import FamilyPipeline, HFAdapter, contiguous_range, load_hf, load_tokenizer, require_dir, to_pil, token_id
+from .base import HFAdapter, contiguous_range, load_hf, load_tokenizer, require_dir, to_pil, token_id
 
 POSITIVE = " masterpiece, film grained, best quality."
 NEGATIVE = ("lowres, bad anatomy, bad hands, text, error, missing fingers, extra digit, fewer digits, "
@@ -34,7 +35,7 @@ def emu3_adapter(hf) -> HFAdapter:
     return HFAdapter(hf, tm, tm.embed_tokens, hf.lm_head, tc, tc.vocab_size, tc.max_position_embeddings)
 
 
-def emu3_pipeline(hf, tokenizer, side: int = 90, image_processor=None, quality_suffix: bool = True) -> FamilyPipeline:
+def emu3_pipeline(hf, tokenizer, side: int = 90, image_processor=None, quality_suffix: bool = True) -> ModelBundle:
     """Square ``side`` x ``side`` token grid (90 -> 720 px, Emu3-Gen's default image area)."""
     mapping = hf.model.vocabulary_mapping
     lo, hi = contiguous_range(mapping.image_tokens, "Emu3")
@@ -50,7 +51,7 @@ def emu3_pipeline(hf, tokenizer, side: int = 90, image_processor=None, quality_s
     def encode(text: str) -> list[int]:
         return tokens(text + (POSITIVE if quality_suffix else ""))
 
-    def decode(grids: torch.Tensor):
+    def decode(grids: torch.Tensor, _=None):
         vq = hf.model.vqmodel
         codes = lut[grids.cpu()].to(next(vq.parameters()).device)
         with torch.inference_mode():
@@ -61,10 +62,11 @@ def emu3_pipeline(hf, tokenizer, side: int = 90, image_processor=None, quality_s
         std = torch.tensor(image_processor.image_std, device=pixels.device)[:, None, None]
         return to_pil(pixels.float() * std + mean, value_range=(0.0, 1.0))   # Emu3's postprocess
 
-    return FamilyPipeline("emu3", emu3_adapter(hf), layout, encode, tokens(NEGATIVE), decode, dict(DEFAULTS))
+    return ModelBundle("emu3", emu3_adapter(hf), layout, rows_encoder(encode, tokens(NEGATIVE)), decode,
+                       dict(DEFAULTS))
 
 
-def load(path: str | Path, device: str = "cpu", size: int = 720) -> FamilyPipeline:
+def load(path: str | Path, device: str = "cpu", size: int = 720) -> ModelBundle:
     """``size``: image side in pixels (the VQ downsamples by 8; 720 is Emu3-Gen's default area)."""
     from transformers import Emu3ForConditionalGeneration
 

@@ -8,7 +8,7 @@ There is no EOL or end token: the grid is ``sqrt(num_image_tokens)`` square, ras
 
 CFG follows Janus (and ``JanusForConditionalGeneration.generate``): the unconditional prompt is the
 prompt itself with every token but BOS and the image-start token replaced by the pad token, so it
-depends on the prompt; hence ``uncond_for``.
+depends on the prompt.
 """
 
 from __future__ import annotations
@@ -18,8 +18,9 @@ from pathlib import Path
 
 import torch
 
+from ..bundle import ModelBundle, rows_encoder
 from ..layout import ImageLayout
-from .base import FamilyPipeline, HFAdapter, load_hf, load_tokenizer, require_dir, to_pil, token_id
+from .base import HFAdapter, load_hf, load_tokenizer, require_dir, to_pil, token_id
 
 PROMPT = "<|User|>: {text}\n\n<|Assistant|>:"
 IMAGE_START = "<begin_of_image>"
@@ -47,7 +48,7 @@ def janus_adapter(hf) -> HFAdapter:
                      hf.config.text_config.max_position_embeddings)
 
 
-def janus_pipeline(hf, tokenizer) -> FamilyPipeline:
+def janus_pipeline(hf, tokenizer) -> ModelBundle:
     n_text = hf.config.text_config.vocab_size
     codes = hf.model.vqmodel.config.num_embeddings
     side = math.isqrt(hf.config.vision_config.num_image_tokens)
@@ -68,17 +69,16 @@ def janus_pipeline(hf, tokenizer) -> FamilyPipeline:
         ids = encode(text)
         return [ids[0]] + [pad] * (len(ids) - 2) + [ids[-1]]
 
-    def decode(grids: torch.Tensor):
+    def decode(grids: torch.Tensor, _=None):
         vq = hf.model.vqmodel
         codes_ = (grids - n_text).flatten(1).to(next(vq.parameters()).device)
         with torch.inference_mode():
             return to_pil(vq.decode(codes_))
 
-    return FamilyPipeline("janus", janus_adapter(hf), layout, encode, uncond_for(""), decode,
-                          dict(DEFAULTS), uncond_for=uncond_for)
+    return ModelBundle("janus", janus_adapter(hf), layout, rows_encoder(encode, uncond_for), decode, dict(DEFAULTS))
 
 
-def load(path: str | Path, device: str = "cpu") -> FamilyPipeline:
+def load(path: str | Path, device: str = "cpu") -> ModelBundle:
     from transformers import JanusForConditionalGeneration
 
     path = require_dir(path, "Janus")

@@ -18,9 +18,11 @@ from those, in that order, else from a size in the file name; one that states no
 a guess.
 
 Condition tokens in our single id space: ids ``< codes`` are VQ codes, ids ``codes + j`` are condition
-slots (c2i: label j; t2i: row j of a bank of registered caption embeddings). Masked caption padding
-is dropped from the prompt, which is exact: padding is invisible to every other token and RoPE of
-condition tokens is zero, so only the image tokens' grid index (position - prompt length) matters.
+slots (c2i: label j; t2i: row j of one call's bank of caption embeddings, which its encoded prompts
+carry in a :class:`Captioned` view of the model). Masked caption padding is dropped from the prompt,
+which is exact: padding is invisible to every other token and RoPE of condition tokens is zero, so
+only the image tokens' grid index (position - prompt length) matters; the decoders pass each row's
+prompt length (``prompt_len``, docs/DESIGN.md §5.1).
 """
 
 from __future__ import annotations
@@ -35,11 +37,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..bundle import ModelBundle, Prompts, palette_decode, rows_encoder
 from ..cache import KVCache
 from ..errors import ConfigError, WeightsError
 from ..layout import ImageLayout
-from ..pipeline import palette_decode
-from .base import FamilyPipeline, read_checkpoint, require_dir, to_pil
+from .base import read_checkpoint, require_dir, to_pil
 from .captions import llamagen_caption
 
 SIZES = (256, 384, 448, 512)    # the --image-size choices of LlamaGen's scripts
@@ -66,7 +68,7 @@ class LlamaGenConfig:
     caption_dim: int = 2048
     cls_token_num: int = 1
     block_size: int = 256            # image tokens (a square grid)
-    bank_prompts: int = 16           # t2i: caption embeddings kept at once
+    bank_prompts: int = 16           # t2i: distinct captions one call conditions on
 
     @property
     def kv_heads(self) -> int:
@@ -171,43 +173,36 @@ class CaptionEmbedder(nn.Module):
         self.cap_proj.fc1 = nn.Linear(c.caption_dim, c.dim, bias=False)
         self.cap_proj.fc2 = nn.Linear(c.dim, c.dim, bias=False)
         self.register_buffer("uncond_embedding", torch.zeros(c.cls_token_num, c.caption_dim))
-        self.register_buffer("bank", torch.zeros(c.cond_ids, c.caption_dim), persistent=False)
-        self.c, self.next_slot = c, 0
+        self.c = c
 
-    def register(self, caption: torch.Tensor) -> int:
-        """Store one prompt's caption rows [<=120, caption_dim]; returns the first slot id."""
+    def bank(self, captions: list[torch.Tensor]) -> torch.Tensor:
+        """The bank of one call's captions (each [<=cls_token_num, caption_dim]): the unconditional
+        rows, then caption i at slot i + 1."""
         n = self.c.cls_token_num
-        self.bank[:n] = self.uncond_embedding
-        slot = 1 + self.next_slot % self.c.bank_prompts
-        self.next_slot += 1
-        self.bank[slot * n:slot * n + caption.shape[0]] = caption.to(self.bank)
-        return slot * n
+        if len(captions) > self.c.bank_prompts:
+            raise ConfigError(f"LlamaGen t2i conditions on at most {self.c.bank_prompts} distinct prompts per call, "
+                              f"got {len(captions)}: split them into several calls")
+        bank = self.uncond_embedding.new_zeros(self.c.cond_ids, self.c.caption_dim)
+        bank[:n] = self.uncond_embedding
+        for slot, caption in enumerate(captions, 1):
+            bank[slot * n:slot * n + caption.shape[0]] = caption.to(bank)
+        return bank
 
-    def forward(self, slots):
-        e = self.bank[slots].to(self.cap_proj.fc1.weight.dtype)
+    def forward(self, slots, bank=None):
+        """``bank`` None: the unconditional rows only, for forwards without captions (image tokens,
+        unconditional prompts); captions condition through their call's bank (:class:`Captioned`)."""
+        e = bank[slots] if bank is not None else self.uncond_embedding[slots.clamp(max=self.c.cls_token_num - 1)]
+        e = e.to(self.cap_proj.fc1.weight.dtype)
         return self.cap_proj.fc2(F.gelu(self.cap_proj.fc1(e), approximate="tanh"))
 
 
-class LlamaGenCache(KVCache):
-    """Our KVCache plus each row's prompt length, learned at prefill: the grid index of an image
-    token is its position minus that length."""
-
-    prompt_len: torch.Tensor | None = None
-
-    def select(self, rows):
-        super().select(rows)
-        if self.prompt_len is not None:
-            self.prompt_len = self.prompt_len[rows]
-
-    def assign(self, rows, other):
-        super().assign(rows, other)
-        lens = torch.zeros_like(self.lengths) if self.prompt_len is None else self.prompt_len.clone()
-        lens[rows] = other.prompt_len     # (a clone: the prefill made it under inference mode)
-        self.prompt_len = lens
-
-
 class LlamaGen(nn.Module):
-    """The GPT behind our model interface; state-dict keys are LlamaGen's."""
+    """The GPT behind our model interface; state-dict keys are LlamaGen's. The grid index of an image
+    token is its position minus its row's prompt length: the decoders pass ``prompt_len`` [R]
+    (``needs_prompt_len``); without it, the block's condition tokens are counted (a prefill or an
+    uncached forward)."""
+
+    needs_prompt_len = True
 
     def __init__(self, c: LlamaGenConfig):
         super().__init__()
@@ -228,21 +223,17 @@ class LlamaGen(nn.Module):
     def max_seq_len(self) -> int:
         return self.config.cls_token_num + self.config.block_size
 
-    def new_cache(self, rows: int, capacity: int) -> LlamaGenCache:
+    def new_cache(self, rows: int, capacity: int) -> KVCache:
         p = self.output.weight
         c = self.config
-        return LlamaGenCache(c.n_layer, rows, c.kv_heads, capacity, c.head_dim, dtype=p.dtype, device=p.device)
+        return KVCache(c.n_layer, rows, c.kv_heads, capacity, c.head_dim, dtype=p.dtype, device=p.device)
 
-    def rope(self, tokens, positions, cache):
+    def rope(self, tokens, positions, prompt_len=None):
         """cos/sin [R, T, 1, head_dim/2]: zero for condition tokens, 2-D (row, col) for image tokens."""
         c = self.config
         is_image = tokens < c.vocab_size
-        if cache is None or cache.prompt_len is None:
+        if prompt_len is None:
             prompt_len = (~is_image).sum(1)
-            if cache is not None:
-                cache.prompt_len = prompt_len
-        else:
-            prompt_len = cache.prompt_len
         g = (positions - prompt_len[:, None]).clamp(min=0)
         quarter = c.head_dim // 4
         freqs = c.rope_base ** (-torch.arange(0, 2 * quarter, 2, device=tokens.device).float() / (2 * quarter))
@@ -250,21 +241,49 @@ class LlamaGen(nn.Module):
         on = is_image[..., None].float()
         return (ang.cos() * on)[:, :, None], (ang.sin() * on)[:, :, None]
 
-    def forward(self, tokens, positions=None, mask=None, cache=None):
+    def forward(self, tokens, positions=None, mask=None, cache=None, prompt_len=None, bank=None):
+        """``bank``: a t2i call's caption bank (:class:`Captioned` passes it)."""
         c = self.config
         if positions is None:
             positions = torch.arange(tokens.shape[1], device=tokens.device).expand_as(tokens)
         is_image = (tokens < c.vocab_size)[..., None]
         img = self.tok_embeddings(tokens.clamp(max=c.vocab_size - 1))
-        cond = self.cls_embedding((tokens - c.vocab_size).clamp(0, c.cond_ids - 1)).to(img.dtype)
+        slots = (tokens - c.vocab_size).clamp(0, c.cond_ids - 1)
+        cond = (self.cls_embedding(slots) if c.model_type == "c2i" else self.cls_embedding(slots, bank)).to(img.dtype)
         x = torch.where(is_image, img, cond)
-        rope = self.rope(tokens, positions, cache)
+        rope = self.rope(tokens, positions, prompt_len)
         if mask is not None:
             mask = mask.to(x.dtype)
         for layer in self.layers:
             x = layer(x, rope, mask, cache)
         logits = self.output(self.norm(x)).float()
         return torch.cat([logits, logits.new_full((*logits.shape[:2], c.cond_ids), float("-inf"))], -1)
+
+
+class Captioned(nn.Module):
+    """A t2i GPT with one call's caption bank: what a call's encoded prompts condition, so that
+    encoding never writes into the model."""
+
+    needs_prompt_len = True
+
+    def __init__(self, gpt: LlamaGen, bank: torch.Tensor):
+        super().__init__()
+        self.gpt = gpt
+        self.register_buffer("bank", bank, persistent=False)
+
+    @property
+    def vocab_size(self) -> int:
+        return self.gpt.vocab_size
+
+    @property
+    def max_seq_len(self) -> int:
+        return self.gpt.max_seq_len
+
+    def new_cache(self, rows: int, capacity: int) -> KVCache:
+        return self.gpt.new_cache(rows, capacity)
+
+    def forward(self, tokens, positions=None, mask=None, cache=None, prompt_len=None):
+        return self.gpt(tokens, positions, mask, cache, prompt_len, self.bank)
 
 
 def rotate_pairs(x, rope):
@@ -359,17 +378,17 @@ def save_config(model: LlamaGen, directory: Path) -> None:
     (directory / "llamagen.json").write_text(json.dumps(asdict(model.config), indent=1))
 
 
-# --- pipelines ------------------------------------------------------------------------------------
+# --- the bundle -----------------------------------------------------------------------------------
 
 def llamagen_pipeline(model: LlamaGen, vq=None, caption_fn=None,
-                      missing_vq: str = "no VQ checkpoint (vq_ds16_*.pt) found") -> FamilyPipeline:
+                      missing_vq: str = "no VQ checkpoint (vq_ds16_*.pt) found") -> ModelBundle:
     """c2i prompts are class labels ("207" or "class 207"); t2i prompts are text, embedded by
     ``caption_fn(text) -> [valid, caption_dim]`` (FLAN-T5-XL, padding dropped), given each prompt
     cleaned as LlamaGen's training cleaned its captions (:mod:`.captions`)."""
     c = model.config
     layout = ImageLayout(c.grid, c.grid, (0, c.vocab_size))
 
-    def decode(grids):
+    def decode(grids, _=None):
         if vq is None:
             return palette_decode(grids, (0, c.vocab_size))
         with torch.inference_mode():
@@ -383,37 +402,24 @@ def llamagen_pipeline(model: LlamaGen, vq=None, caption_fn=None,
                 raise ConfigError(f"LlamaGen c2i prompts are ImageNet class ids 0..{c.num_classes - 1}, got {text!r}")
             return [c.vocab_size + int(m.group(1))]
 
-        return FamilyPipeline("llamagen-c2i", model, layout, encode, [c.vocab_size + c.num_classes], decode,
-                              dict(C2I_DEFAULTS), note)
+        return ModelBundle("llamagen-c2i", model, layout, rows_encoder(encode, [c.vocab_size + c.num_classes]),
+                           decode, dict(C2I_DEFAULTS), note=note)
 
     if caption_fn is None:
         raise WeightsError("LlamaGen t2i needs its FLAN-T5-XL text encoder (a t5 directory beside the checkpoint)")
     n = c.cls_token_num
 
-    def embed(text: str) -> torch.Tensor:
-        return caption_fn(llamagen_caption(text))[:n]
+    def encode_batch(texts: list[str]) -> Prompts:
+        """Each distinct prompt takes one bank slot; its unconditional row is ``uncond_embedding`` at
+        the same positions."""
+        captions = {t: caption_fn(llamagen_caption(t))[:n] for t in dict.fromkeys(texts)}
+        bank = model.cls_embedding.bank(list(captions.values()))
+        first = {t: c.vocab_size + (slot + 1) * n for slot, t in enumerate(captions)}
+        cond = [[first[t] + i for i in range(captions[t].shape[0])] for t in texts]
+        uncond = [[c.vocab_size + i for i in range(n - captions[t].shape[0], n)] for t in texts]
+        return Prompts(texts, cond, uncond, Captioned(model, bank))
 
-    registered: dict[str, list[int]] = {}
-
-    def prepare() -> None:
-        """Each call owns the caption bank: its distinct prompts (at most bank_prompts) fill it."""
-        registered.clear()
-        model.cls_embedding.next_slot = 0
-
-    def encode(text: str) -> list[int]:
-        if text not in registered:   # a prompt repeated in one call (several images) reuses its slot
-            emb = embed(text)
-            first = model.cls_embedding.register(emb)
-            registered[text] = [c.vocab_size + first + i for i in range(emb.shape[0])]
-        return registered[text]
-
-    def uncond_for(text: str) -> list[int]:
-        valid = embed(text).shape[0]   # the same positions of uncond_embedding
-        return [c.vocab_size + i for i in range(n - valid, n)]
-
-    return FamilyPipeline("llamagen-t2i", model, layout, encode, [c.vocab_size + n - 1], decode,
-                          dict(T2I_DEFAULTS), note, uncond_for=uncond_for, max_prompts=c.bank_prompts,
-                          prepare=prepare)
+    return ModelBundle("llamagen-t2i", model, layout, encode_batch, decode, dict(T2I_DEFAULTS), note=note)
 
 
 def t5_caption_fn(t5_dir: Path, device: str, max_length: int = 120):
@@ -434,7 +440,7 @@ def t5_caption_fn(t5_dir: Path, device: str, max_length: int = 120):
 
 
 def load(path: str | Path, device: str = "cpu", size: int | None = None,
-         trust_checkpoint: bool = False) -> FamilyPipeline:
+         trust_checkpoint: bool = False) -> ModelBundle:
     """``path``: a GPT checkpoint file, or a directory holding exactly one (c2i_*/t2i_* .pt or
     .safetensors). Beside it: the VQ of the same task (``vq_ds16_c2i.pt`` or ``vq_ds16_t2i.pt``) and,
     for t2i, FLAN-T5-XL in ``t5``/``flan-t5-xl``/``t5-ckpt/flan-t5-xl``. ``size``: image side in
