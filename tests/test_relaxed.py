@@ -11,7 +11,7 @@ import torch
 
 from jacobigen import METHODS, generate
 from jacobigen.exactness import exact_distribution, gof_pvalue, layout, sample, tiny_model, tv_distance
-from jacobigen.relaxed import latent_neighbours
+from jacobigen.relaxed import GroupVerifier, latent_neighbours
 from jacobigen.sampling import SamplingConfig
 from models import LAYOUT, PROMPT, random_model
 
@@ -71,3 +71,27 @@ def test_relaxed_greedy_still_matches_ar():
     ar = generate(model, PROMPT, layout=LAYOUT, method="ar", top_k=1).tokens
     for m in BOUNDS:
         assert torch.equal(generate(model, PROMPT, layout=LAYOUT, method=m, window=16, top_k=1).tokens, ar)
+
+
+def test_given_latents_place_the_neighbours_and_reach_the_verifier():
+    """A bundle's VQ codebook (``latents=``) decides the neighbours, not the model's embeddings:
+    with latents on a line, id i's neighbours are i - 1 and i + 1, and a decode through the
+    bundle's path uses exactly that table."""
+    model = random_model()
+    line = torch.arange(4096, dtype=torch.float32)[:, None]
+    table = latent_neighbours(model, (0, 4096), model.vocab_size, 2, line)
+    assert set(table[100].tolist()) == {99, 101}
+    assert not torch.equal(table, latent_neighbours(model, (0, 4096), model.vocab_size, 2))
+    seen = []
+    original = GroupVerifier.bind
+
+    def spy(self, model, layout, latents=None):
+        seen.append(latents)
+        return original(self, model, layout, latents)
+
+    GroupVerifier.bind = spy
+    try:
+        generate(model, PROMPT, layout=LAYOUT, method="gsd", window=8, latents=line)
+    finally:
+        GroupVerifier.bind = original
+    assert seen and seen[0] is line

@@ -26,8 +26,8 @@ class Generation:
 
 
 def make_decoder(model: ImageModel, layout: ImageLayout, sampling: SamplingConfig, parts: Parts,
-                 timing: bool = False) -> JacobiDecoder:
-    return JacobiDecoder(model, layout, sampling, parts, timing)
+                 timing: bool = False, latents: torch.Tensor | None = None) -> JacobiDecoder:
+    return JacobiDecoder(model, layout, sampling, parts, timing, latents)
 
 
 def _ids(row, name: str) -> list:
@@ -80,7 +80,8 @@ def prompt_rows(prompt, seed: int | list[int], uncond, guided: bool) -> tuple[li
 def generate(model: ImageModel, prompt, *, layout: ImageLayout, method: str = "sjd", window: int = 32,
              seed: int | list[int] = 0, cfg: float = 1.0, uncond=None, temperature: float = 1.0,
              top_k: int | None = None, top_p: float | None = None, progress: bool = False,
-             batch_size: int | None = None, timing: bool = False, **options) -> Generation:
+             batch_size: int | None = None, timing: bool = False, latents: torch.Tensor | None = None,
+             **options) -> Generation:
     """Sample image token grids for one prompt (list of ids) or a batch of prompts.
 
     ``seed`` is one seed per sequence; an int gives sequence i the seed ``seed + i``, and a list of
@@ -91,7 +92,9 @@ def generate(model: ImageModel, prompt, *, layout: ImageLayout, method: str = "s
     only on its prompt and seed, never on the batch it ran in.
     ``timing=True`` syncs an accelerator around each forward so that ``stats.forward_time`` is
     real (on a CPU it always is; on a GPU it is None otherwise, and the loop never waits).
-    Extra keyword ``options`` go to the method's parts (see ``jacobigen methods``).
+    ``latents`` [image ids, d] place the image ids for GSD/LANTERN's neighbours (a VQ codebook;
+    default: the model's output embedding rows). Extra keyword ``options`` go to the method's
+    parts (see ``jacobigen methods``).
     """
     spec = get_method(method)
     window = integer("window", window, 1)
@@ -103,6 +106,6 @@ def generate(model: ImageModel, prompt, *, layout: ImageLayout, method: str = "s
     sampling = SamplingConfig(temperature=temperature, top_k=top_k, top_p=top_p, cfg=cfg)
     rows, seeds = prompt_rows(prompt, seed, uncond, sampling.guided)
     parts = spec.build(window, **options)
-    tokens, stats = make_decoder(model, layout, sampling, parts, timing).run(rows, seeds, progress, batch_size)
+    tokens, stats = make_decoder(model, layout, sampling, parts, timing, latents).run(rows, seeds, progress, batch_size)
     stats.lossless = spec.lossless
     return Generation(tokens, layout.grid(tokens), stats, spec)

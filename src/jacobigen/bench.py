@@ -141,7 +141,8 @@ def decode_one(pipe: ModelBundle, method: str, window: int, prompt: str, seed: i
     else:
         v = parse_variant(method)
         stats = generate(model, tokens, layout=pipe.layout, uncond=uncond, method=v.method.name,
-                         window=v.window or window, seed=seed, timing=True, **v.options, **opts).stats
+                         window=v.window or window, seed=seed, timing=True, latents=pipe.latents, **v.options,
+                         **opts).stats
     sync(device)
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     if stats is None:

@@ -52,6 +52,7 @@ class ModelBundle:
     # why the encoder will not read all of a prompt (too long, unknown words), or None
     prompt_note: Callable[[str], str | None] | None = None
     max_frames: int | None = None                     # a video model's longest clip (None: its layout's frames only)
+    latents: torch.Tensor | None = None               # image ids' VQ codebook rows, GSD/LANTERN's neighbours
 
     def with_frames(self, frames: int | None) -> ModelBundle:
         """The same video model making clips of ``frames`` frames (None: its own number)."""
@@ -95,7 +96,8 @@ def generate_images(bundle: ModelBundle, prompts, **kwargs) -> tuple[Generation,
     if isinstance(texts, (list, tuple)) and len(texts) == 1 and isinstance(seed, (list, tuple)):
         texts = list(texts) * len(seed)
     enc = bundle.encode(texts)
-    gen = generate(enc.model, enc.cond, layout=bundle.layout, uncond=enc.uncond, seed=seed, **opts)
+    gen = generate(enc.model, enc.cond, layout=bundle.layout, uncond=enc.uncond, seed=seed, latents=bundle.latents,
+                   **opts)
     return gen, bundle.decode(gen.grid, enc)
 
 

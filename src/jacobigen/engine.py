@@ -96,8 +96,9 @@ class Engine:
     """Model access and the step, for one (model, layout, sampling, parts, schedule)."""
 
     def __init__(self, model, layout, sampling: SamplingConfig, parts, schedule, targets: TargetPipeline,
-                 timing: bool = False):
+                 timing: bool = False, latents: torch.Tensor | None = None):
         self.model, self.layout, self.parts, self.schedule = model, layout, parts, schedule
+        self.latents = latents                                  # token latents for relaxed verifiers
         self.device = model_device(model)
         self.last_position = model.max_seq_len - 1
         self.group = 2 if sampling.guided else 1

@@ -37,7 +37,8 @@ class JacobiDecoder:
     length. ``timing=True`` syncs an accelerator around each forward so that the forward time in
     the stats is real (on a CPU it always is)."""
 
-    def __init__(self, model, layout: ImageLayout, sampling: SamplingConfig, parts: Parts, timing: bool = False):
+    def __init__(self, model, layout: ImageLayout, sampling: SamplingConfig, parts: Parts, timing: bool = False,
+                 latents=None):
         if parts.window < 1:
             raise ConfigError(f"window must be >= 1, got {parts.window}")
         device = check_model(model)
@@ -46,7 +47,7 @@ class JacobiDecoder:
             schedule = Rows(layout, parts.window, parts.tree, parts.layout2d, targets, device)
         else:
             schedule = Chain(layout, parts.window, parts.tree, targets, device)
-        self.engine = Engine(model, layout, sampling, parts, schedule, targets, timing)
+        self.engine = Engine(model, layout, sampling, parts, schedule, targets, timing, latents)
 
     def run(self, prefixes: list[list[int]], seeds: list[int], progress: bool = False,
             batch_size: int | None = None):

@@ -37,8 +37,6 @@ def emoji_export(weights: Path, device: str, what: str, extra_ids: int = 0):
                            f"its words.json for word captions: a training export)")
     vq = VQModel.load(own_or_shipped(weights, "vq.safetensors"), device=device)
     model = load_transformer(weights / "ar.safetensors", device=device)
-    # LANTERN/GSD neighbours come from the VQ codebook rows of the image ids.
-    model.latent_codebook = vq.quantizer.codes().detach()
     captions = E.captions_for(weights)
     if model.vocab_size != captions.vocab_size + extra_ids:
         reader = "words.json" if isinstance(captions, E.WordCaptions) else "bytes, no words.json"
@@ -63,7 +61,7 @@ def embedded_pipeline(weights: Path = WEIGHTS, device: str = "cpu") -> ModelBund
                        lambda grids, _=None: vq_pictures(vq, grids), defaults=dict(E.SAMPLING),
                        example_prompts=EMBEDDED_PROMPTS,
                        reference=lambda: heldout_reference(own_or_shipped(Path(weights), "heldout.json").parent),
-                       prompt_note=captions.note)
+                       prompt_note=captions.note, latents=vq.quantizer.codes().detach())
 
 
 def video_pipeline(weights: Path = WEIGHTS / "video", device: str = "cpu") -> ModelBundle:
@@ -81,7 +79,7 @@ def video_pipeline(weights: Path = WEIGHTS / "video", device: str = "cpu") -> Mo
 
     return ModelBundle("emoji-video", model, layout, rows_encoder(captions.tokens, E.unconditional_tokens()),
                        decode, defaults=dict(E.SAMPLING), example_prompts=VIDEO_PROMPTS, prompt_note=captions.note,
-                       max_frames=frames)
+                       max_frames=frames, latents=vq.quantizer.codes().detach())
 
 
 def random_pipeline(seed: int = 0, rows: int = 16, cols: int = 16, codes: int = 1024, device: str = "cpu"

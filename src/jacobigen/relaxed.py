@@ -1,11 +1,11 @@
 """Relaxed (lossy) verifiers that the seeds compare with: GSD and LANTERN (docs/DESIGN.md §4.5).
 
 Both trade exactness for acceptance by letting a draft borrow probability from tokens whose VQ
-latents are close to it. Neighbours come from the model's codebook (``model.latent_codebook``,
-rows aligned with the layout's image ids) or, for models without one, from the output embedding
-rows of the image ids. They are computed once per (model, k) and cached. Neither ever accepts a
-token outside the target's support (top-k/top-p truncation holds). With no relaxation (k = 0, or
-LANTERN's delta = 0) both reduce to exact modified rejection sampling.
+latents are close to it. Neighbours come from the latents the decode is given (a VQ codebook, rows
+aligned with the layout's image ids: ``ModelBundle.latents``) or, without them, from the model's
+output embedding rows of the image ids. They are computed once per (latents or model, k) and
+cached. Neither ever accepts a token outside the target's support (top-k/top-p truncation holds).
+With no relaxation (k = 0, or LANTERN's delta = 0) both reduce to exact modified rejection sampling.
 """
 
 from __future__ import annotations
@@ -26,25 +26,26 @@ MAX_NEIGHBOURS = 256    # a [vocab, k] id table per (model, k)
 _NEIGHBOURS: weakref.WeakKeyDictionary[object, dict] = weakref.WeakKeyDictionary()
 
 
-def _latents(model) -> torch.Tensor:
-    for get in (lambda m: m.latent_codebook, lambda m: m.head.weight,
-                lambda m: m.get_output_embeddings().weight):
+def _output_embeddings(model) -> torch.Tensor:
+    for get in (lambda m: m.head.weight, lambda m: m.get_output_embeddings().weight):
         try:
             return get(model).detach().float()
         except AttributeError:
             continue
-    raise ConfigError("relaxed verifiers need token latents: give the model a `latent_codebook` "
-                      "attribute (VQ codebook rows for the image ids)")
+    raise ConfigError("relaxed verifiers need token latents: pass `latents=` (VQ codebook rows for the "
+                      "image ids), or use a model with output embeddings")
 
 
-def latent_neighbours(model, image_ids: tuple[int, int], vocab: int, k: int) -> torch.Tensor:
+def latent_neighbours(model, image_ids: tuple[int, int], vocab: int, k: int,
+                      latents: torch.Tensor | None = None) -> torch.Tensor:
     """[V, k] ids of each image id's k nearest latent neighbours (excluding itself); ids outside
     the image range are their own neighbours (they borrow nothing they did not have)."""
     per_model = _NEIGHBOURS.setdefault(model, {})
-    key = (image_ids, vocab, k)
-    if key not in per_model:
+    key = (image_ids, vocab, k, None if latents is None else id(latents))
+    owner, table = per_model.get(key, (None, None))
+    if table is None or (owner is not None and owner() is not latents):    # an id reused by new latents
         lo, hi = image_ids
-        lat = _latents(model)
+        lat = _output_embeddings(model) if latents is None else latents.detach().float()
         lat = lat[lo:hi] if lat.shape[0] >= hi else lat[: hi - lo]
         if lat.shape[0] != hi - lo:
             raise ConfigError(f"latent codebook has {lat.shape[0]} rows, image ids need {hi - lo}")
@@ -54,17 +55,18 @@ def latent_neighbours(model, image_ids: tuple[int, int], vocab: int, k: int) -> 
         near = dist.topk(k_eff, largest=False).indices + lo
         table = torch.arange(vocab)[:, None].repeat(1, k_eff)
         table[lo:hi] = near
-        per_model[key] = table.to(lat.device)
-    return per_model[key]
+        table = table.to(lat.device)
+        per_model[key] = (None if latents is None else weakref.ref(latents), table)
+    return table
 
 
 class _Neighbourhood(Verifier):
     lossless = False
     k = 0
 
-    def bind(self, model, layout):
+    def bind(self, model, layout, latents=None):
         device = model_device(model)
-        self.nb = latent_neighbours(model, layout.image_ids, model.vocab_size, self.k).to(device)
+        self.nb = latent_neighbours(model, layout.image_ids, model.vocab_size, self.k, latents).to(device)
 
     def _mass(self, p: torch.Tensor, d: torch.Tensor) -> torch.Tensor:
         """Probability of d's neighbours (not d itself) under p."""

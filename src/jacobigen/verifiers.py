@@ -55,8 +55,9 @@ class Verifier:
     name = "mrs"
     lossless = True
 
-    def bind(self, model, layout) -> None:
-        """Called once per decode with the model and layout (relaxed verifiers look up neighbours)."""
+    def bind(self, model, layout, latents=None) -> None:
+        """Called once per decode with the model, layout and token latents (relaxed verifiers look up
+        neighbours)."""
 
     def accept(self, p: torch.Tensor, q: torch.Tensor, d: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
         """Which drafts d [...] ~ q [..., V] pass under target p [..., V] with uniforms u [...]."""
