@@ -17,11 +17,11 @@ from pathlib import Path
 import torch
 
 from jacobigen import METHODS
-from jacobigen.bench import FidReference, fid_cell, fid_note, md_table
-from jacobigen.exactness import exact_distribution, layout, sample, tiny_model, tv_distance
+from jacobigen.core.sampling import SamplingConfig
 from jacobigen.models import load_pipeline
-from jacobigen.plots import plot_fid_vs_speed
-from jacobigen.sampling import SamplingConfig
+from jacobigen.tools.bench import FidReference, fid_cell, fid_note, md_table
+from jacobigen.tools.exactness import exact_distribution, layout, sample, tiny_model, tv_distance
+from jacobigen.tools.plots import plot_fid_vs_speed
 
 SETTINGS = [("sjd", {}), ("pjd", {"pjd_ratio": 0.25}), ("pjd", {"pjd_ratio": 0.5}),
             ("pjd", {"pjd_ratio": 1.0}), ("pjd+scd-mc", {"pjd_ratio": 0.5}),

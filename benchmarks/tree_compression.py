@@ -17,11 +17,11 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from jacobigen.api import generate
-from jacobigen.bench import encode, unbuildable
-from jacobigen.methods import parse_variant, split_variants
+from jacobigen.decode.api import generate
+from jacobigen.decode.methods import parse_variant, split_variants
 from jacobigen.models import load_pipeline
-from jacobigen.threads import choose_threads
+from jacobigen.tools.bench import encode, unbuildable
+from jacobigen.tools.threads import choose_threads
 
 DEFAULT = ("scd-mc,sjd-pac,sjd-pac[tree_min_gain=0],sjd-pac[tree_budget=full],sjd-pac[tree_budget=6],"
            "sjd-pac[tree_depth=4,tree_budget=full,window=113]")

@@ -33,7 +33,7 @@ def chameleon(codes: int = 64, seed: int = 0, attn: str = "sdpa"):
     """A 2-layer Chameleon whose image ids 4..4+codes map to VQ codes in reverse order."""
     from transformers import ChameleonConfig, ChameleonForConditionalGeneration
 
-    from jacobigen.families.chameleon import IMAGE_END, IMAGE_START, NEW_LINE, TURN_END, grid_token
+    from jacobigen.models.families.chameleon import IMAGE_END, IMAGE_START, NEW_LINE, TURN_END, grid_token
 
     vocab = {"<pad>": 0, "<s>": 1, "</s>": 2, "<unk>": 3}
     for i in range(codes):
@@ -58,7 +58,7 @@ def chameleon(codes: int = 64, seed: int = 0, attn: str = "sdpa"):
 
 
 def tiny_vq(codes: int, embed_dim: int = 8, l2_norm: bool = False, up_attention: bool = True, seed: int = 1):
-    from jacobigen.families.vq import VQDecoder
+    from jacobigen.models.families.vq import VQDecoder
 
     torch.manual_seed(seed)
     return VQDecoder(codes, embed_dim, z_channels=32, base_channels=32, channel_multiplier=(1, 1, 2),
@@ -90,7 +90,7 @@ def janus(codes: int = 64, side: int = 4, seed: int = 0, attn: str = "sdpa"):
     """A 2-layer Janus whose image mode makes a side x side grid over ``codes`` VQ codes."""
     from transformers import JanusConfig, JanusForConditionalGeneration
 
-    from jacobigen.families.janus import IMAGE_START
+    from jacobigen.models.families.janus import IMAGE_START
 
     vocab = {"<pad>": 0, "<s>": 1, "</s>": 2, "<unk>": 3}
     specials = [IMAGE_START, "<|User|>", "<|Assistant|>", "<image_placeholder>"]
@@ -126,7 +126,7 @@ def emu3(codes: int = 64, seed: int = 0, attn: str = "sdpa"):
     """A 2-layer Emu3 whose visual tokens are contiguous ids; tiny temporal VQ-VAE."""
     from transformers import Emu3Config, Emu3ForConditionalGeneration
 
-    from jacobigen.families.emu3 import NAMES
+    from jacobigen.models.families.emu3 import NAMES
 
     vocab = {"<pad>": 0, "<s>": 1, "</s>": 2, "<unk>": 3}
     specials = list(NAMES.values()) + ["<|image end|>", "<image>"]
@@ -160,7 +160,7 @@ LLAMAGEN_ARCH = dict(dim=64, n_layer=2, n_head=4, n_kv_head=2, multiple_of=32, v
 
 
 def llamagen(model_type: str = "c2i", seed: int = 0, **over):
-    from jacobigen.families.llamagen import LlamaGen, LlamaGenConfig
+    from jacobigen.models.families.llamagen import LlamaGen, LlamaGenConfig
 
     torch.manual_seed(seed)
     c = LlamaGenConfig(**{**LLAMAGEN_ARCH, "block_size": 16, "model_type": model_type,

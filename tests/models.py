@@ -2,8 +2,8 @@
 
 import torch
 
-from jacobigen.layout import ImageLayout
-from jacobigen.model import Transformer, TransformerConfig
+from jacobigen.core.layout import ImageLayout
+from jacobigen.models.transformer import Transformer, TransformerConfig
 
 CODES = 4096
 LAYOUT = ImageLayout(16, 16, (0, CODES), eol_id=CODES, end_id=CODES + 1)

@@ -7,10 +7,10 @@ from dataclasses import replace
 
 import torch
 
-from jacobigen.drafters import Coupled, GumbelShared, Independent, VerificationPrior
-from jacobigen.rng import Stream
-from jacobigen.tree import ProactiveTree, TreeNodes
-from jacobigen.verifiers import Verifier
+from jacobigen.core.rng import Stream
+from jacobigen.parts.drafters import Coupled, GumbelShared, Independent, VerificationPrior
+from jacobigen.parts.tree import ProactiveTree, TreeNodes
+from jacobigen.parts.verifiers import Verifier
 
 
 class ResidualFromTarget(Verifier):

@@ -5,10 +5,10 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from jacobigen.analyze import run_all
-from jacobigen.bundle import ModelBundle, palette_decode, rows_encoder
 from jacobigen.cli import main
-from jacobigen.exactness import layout, tiny_model
+from jacobigen.models.bundle import ModelBundle, palette_decode, rows_encoder
+from jacobigen.tools.analyze import run_all
+from jacobigen.tools.exactness import layout, tiny_model
 
 LAYOUT = layout(True, rows=4, cols=6)
 

@@ -5,10 +5,10 @@ import pytest
 import torch
 
 from jacobigen import METHODS, generate
-from jacobigen.api import make_decoder
-from jacobigen.exactness import exact_distribution, gof_pvalue, layout, tiny_model
-from jacobigen.layout import ImageLayout
-from jacobigen.sampling import SamplingConfig
+from jacobigen.core.layout import ImageLayout
+from jacobigen.core.sampling import SamplingConfig
+from jacobigen.decode.api import make_decoder
+from jacobigen.tools.exactness import exact_distribution, gof_pvalue, layout, tiny_model
 from models import CODES, PROMPT, UNCOND, random_model
 
 LAYOUT = ImageLayout(4, 6, (0, CODES), eol_id=CODES, end_id=CODES + 1)   # 29 tokens: fast
@@ -53,7 +53,7 @@ def test_refill_keeps_rows_busy(model):
 
 
 def test_bad_batch_size_is_a_clear_error(model):
-    from jacobigen.errors import ConfigError
+    from jacobigen.core.errors import ConfigError
 
     with pytest.raises(ConfigError, match="batch_size"):
         generate(model, PROMPT, layout=LAYOUT, batch_size=0)

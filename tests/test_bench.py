@@ -12,11 +12,11 @@ import torch
 from click.testing import CliRunner
 
 import jacobigen
-from jacobigen.bench import run_bench, run_compiled_bench, summary_markdown, write_reports
 from jacobigen.cli import main
-from jacobigen.errors import JacobigenError
+from jacobigen.core.errors import JacobigenError
 from jacobigen.models import WEIGHTS, random_pipeline, weights_provenance
-from jacobigen.threads import SMALL_MODEL, choose_threads, environment_line, git_commit
+from jacobigen.tools.bench import run_bench, run_compiled_bench, summary_markdown, write_reports
+from jacobigen.tools.threads import SMALL_MODEL, choose_threads, environment_line, git_commit
 
 MACHINE = {"threads", "omp_wait_policy", "torch", "device", "cpu", "loadavg_before", "loadavg_after",
            "git_commit", "git_dirty", "model_spec", "weights"}   # every benchmark JSON records these
@@ -109,7 +109,7 @@ def test_figures_follow_model_and_seed():
 
 def test_block_sizes_carve_the_tree_and_count_pjd_segments():
     from jacobigen import METHODS
-    from jacobigen.costs import block_size
+    from jacobigen.tools.costs import block_size
 
     layout = random_pipeline().layout                       # 16 x 16 with EOL
     assert block_size(METHODS["sjd"].build(16), layout) == 16

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from jacobigen.masks import block_mask, causal, prefix_structure
+from jacobigen.core.masks import block_mask, causal, prefix_structure
 from models import random_model
 
 
@@ -63,7 +63,7 @@ def test_tree_block_matches_paths():
     import random
     from itertools import product
 
-    from jacobigen.tree import Ranking, arrange, select, universe
+    from jacobigen.parts.tree import Ranking, arrange, select, universe
 
     levels, width, drafts = 2, 3, 8
     uni = universe(levels, width, torch.device("cpu"))

@@ -1,4 +1,4 @@
-"""The model contract (jacobigen.contract.ImageModel): every model behind the decoders keeps it, and a
+"""The model contract (jacobigen.core.contract.ImageModel): every model behind the decoders keeps it, and a
 model that breaks it gets a ConfigError or a named assertion instead of a deep failure."""
 
 import pytest
@@ -6,9 +6,9 @@ import torch
 from torch import nn
 
 from jacobigen import ConfigError, generate
-from jacobigen.bundle import encode_one
-from jacobigen.contract import check_model, conformance
+from jacobigen.core.contract import check_model, conformance
 from jacobigen.models import random_pipeline
+from jacobigen.models.bundle import encode_one
 from models import LAYOUT, PROMPT, random_model
 
 
@@ -26,7 +26,7 @@ def family(name):
 
 
 def cosmos():
-    from jacobigen.families.cosmos import cosmos_pipeline
+    from jacobigen.models.families.cosmos import cosmos_pipeline
     from test_cosmos import random_cosmos
 
     return cosmos_pipeline(random_cosmos())
@@ -107,7 +107,7 @@ class OwnCache(Wrapped):
 
 
 @pytest.mark.parametrize("model,message", [(NoParameters, "has no parameters"),
-                                           (OwnCache, "must return a jacobigen.cache.KVCache")])
+                                           (OwnCache, "must return a jacobigen.core.cache.KVCache")])
 def test_broken_models_get_config_errors(model, message):
     with pytest.raises(ConfigError, match=message):
         check_model(model())

@@ -11,9 +11,9 @@ import torch
 from click.testing import CliRunner
 
 from jacobigen import METHODS, ConfigError, generate
-from jacobigen.contract import conformance
-from jacobigen.families import load_family
-from jacobigen.families.cosmos import (
+from jacobigen.core.contract import conformance
+from jacobigen.models.families import load_family
+from jacobigen.models.families.cosmos import (
     Cosmos,
     CosmosConfig,
     clean_state,
@@ -22,7 +22,7 @@ from jacobigen.families.cosmos import (
     inverse_frequencies,
     save_config,
 )
-from jacobigen.families.cosmos_tokenizer import LEVELS, fsq_codes, pixel_frames
+from jacobigen.models.families.cosmos_tokenizer import LEVELS, fsq_codes, pixel_frames
 
 LOSSLESS = [name for name, m in METHODS.items() if m.lossless and name != "ar"]
 

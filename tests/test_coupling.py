@@ -5,8 +5,8 @@ import pytest
 import torch
 
 from jacobigen import METHODS, generate
-from jacobigen.errors import ConfigError
-from jacobigen.exactness import layout, tiny_model
+from jacobigen.core.errors import ConfigError
+from jacobigen.tools.exactness import layout, tiny_model
 
 KW = dict(layout=layout(True, rows=4, cols=6), seed=list(range(6)), cfg=2.0, uncond=[7], window=8)
 

@@ -9,7 +9,7 @@ from PIL import Image
 
 from jacobigen import WeightsError
 from jacobigen.models import WEIGHTS, embedded_pipeline
-from jacobigen.vq import VQModel
+from jacobigen.models.vq import VQModel
 
 HELDOUT = Path(__file__).parent / "data" / "heldout_emoji.png"
 MIN_PSNR = 24.0   # measured 26.6 dB mean on these 8 held-out images (27.4 dB on the whole split)

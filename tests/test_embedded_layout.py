@@ -3,9 +3,9 @@ import json
 
 import pytest
 
-from jacobigen import embedded as E
-from jacobigen.errors import WeightsError
+from jacobigen.core.errors import WeightsError
 from jacobigen.models import WEIGHTS, embedded_pipeline
+from jacobigen.models import embedded as E
 
 
 def test_ids_and_sizes():

@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 import torch
 
-from jacobigen import embedded as E
-from jacobigen.errors import WeightsError
-from jacobigen.model import Transformer, TransformerConfig, save_transformer
+from jacobigen.core.errors import WeightsError
+from jacobigen.models import embedded as E
 from jacobigen.models import load_pipeline, video_pipeline
+from jacobigen.models.transformer import Transformer, TransformerConfig, save_transformer
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "training"))
 train_video = pytest.importorskip("train_video")

@@ -115,7 +115,7 @@ def test_bad_sizes_and_option_types(model, kwargs, message):
 def test_a_batch_that_cannot_fit_is_refused_with_numbers(model, monkeypatch):
     import torch
 
-    from jacobigen import limits
+    from jacobigen.core import limits
 
     monkeypatch.setattr(limits, "free_memory", lambda device: 2**20)
     with pytest.raises(ConfigError, match=r"a batch of 2 sequence\(s\) at window 32 needs about .* MiB .* is free"):

@@ -7,13 +7,13 @@ p < FAIL (measured p-values for mutants are below 1e-30).
 import pytest
 
 from jacobigen import METHODS
-from jacobigen.api import make_decoder
-from jacobigen.drafters import Independent, VerificationPrior
-from jacobigen.exactness import PROMPT, UNCOND, exact_distribution, gof_pvalue, layout, sample, tiny_model
-from jacobigen.jacobi import Parts
-from jacobigen.sampling import SamplingConfig
-from jacobigen.tree import ProactiveTree
-from jacobigen.verifiers import Verifier
+from jacobigen.core.sampling import SamplingConfig
+from jacobigen.decode.api import make_decoder
+from jacobigen.decode.jacobi import Parts
+from jacobigen.parts.drafters import Independent, VerificationPrior
+from jacobigen.parts.tree import ProactiveTree
+from jacobigen.parts.verifiers import Verifier
+from jacobigen.tools.exactness import PROMPT, UNCOND, exact_distribution, gof_pvalue, layout, sample, tiny_model
 from mutants import (
     CarryOldQ,
     MinimumAcceptance,

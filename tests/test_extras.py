@@ -6,19 +6,19 @@ import warnings
 import pytest
 from click.testing import CliRunner
 
-import jacobigen
-from jacobigen import extras
+import jacobigen.tools
 from jacobigen.cli import main
-from jacobigen.errors import ConfigError
-from jacobigen.throughput import write_report
+from jacobigen.core.errors import ConfigError
+from jacobigen.tools import extras
+from jacobigen.tools.throughput import write_report
 
 
 @pytest.fixture
 def no_matplotlib(monkeypatch):
     monkeypatch.setitem(sys.modules, "matplotlib", None)   # `import matplotlib` raises ModuleNotFoundError
     monkeypatch.delitem(sys.modules, "matplotlib.pyplot", raising=False)
-    monkeypatch.delitem(sys.modules, "jacobigen.plots", raising=False)
-    monkeypatch.delattr(jacobigen, "plots", raising=False)   # an earlier test may have imported it
+    monkeypatch.delitem(sys.modules, "jacobigen.tools.plots", raising=False)
+    monkeypatch.delattr(jacobigen.tools, "plots", raising=False)   # an earlier test may have imported it
 
 
 def test_figures_name_their_extra(no_matplotlib):

@@ -11,9 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from jacobigen import generate
-from jacobigen.exactness import PROMPT, UNCOND, layout, tiny_model
-from jacobigen.methods import METHODS
-from jacobigen.sampling import SamplingConfig, TargetPipeline
+from jacobigen.core.sampling import SamplingConfig, TargetPipeline
+from jacobigen.decode.methods import METHODS
+from jacobigen.tools.exactness import PROMPT, UNCOND, layout, tiny_model
 
 LAYOUT = layout()
 MODELS = {"peaked": tiny_model(), "huge logits": tiny_model(sharpness=1e6)}

@@ -10,9 +10,9 @@ from click.testing import CliRunner
 
 import family_models as fm
 from jacobigen import METHODS, ConfigError, WeightsError, generate
-from jacobigen.bundle import encode_one
 from jacobigen.cli import main
 from jacobigen.models import load_pipeline
+from jacobigen.models.bundle import encode_one
 
 pytest.importorskip("transformers")
 
@@ -21,35 +21,35 @@ CFG = 3.0
 
 
 def chameleon_pipe(attn="sdpa"):
-    from jacobigen.families.chameleon import chameleon_pipeline
+    from jacobigen.models.families.chameleon import chameleon_pipeline
 
     hf, tok = fm.chameleon(attn=attn)
     return hf, chameleon_pipeline(hf, tok, size=64, vq_decoder=fm.tiny_vq(64, up_attention=False))
 
 
 def anole_pipe(attn="sdpa"):
-    from jacobigen.families.anole import anole_pipeline
+    from jacobigen.models.families.anole import anole_pipeline
 
     hf, tok = fm.chameleon(attn=attn)
     return hf, anole_pipeline(hf, tok, fm.tiny_vq(64, up_attention=False), side=4)
 
 
 def janus_pipe(attn="sdpa"):
-    from jacobigen.families.janus import janus_pipeline
+    from jacobigen.models.families.janus import janus_pipeline
 
     hf, tok = fm.janus(attn=attn)
     return hf, janus_pipeline(hf, tok)
 
 
 def emu3_pipe(attn="sdpa"):
-    from jacobigen.families.emu3 import emu3_pipeline
+    from jacobigen.models.families.emu3 import emu3_pipeline
 
     hf, tok = fm.emu3(attn=attn)
     return hf, emu3_pipeline(hf, tok, side=4)
 
 
 def llamagen_pipe(kind):
-    from jacobigen.families.llamagen import llamagen_pipeline
+    from jacobigen.models.families.llamagen import llamagen_pipeline
 
     m = fm.llamagen(kind)
     return m, llamagen_pipeline(m, fm.tiny_vq(64, l2_norm=True), fm.caption if kind == "t2i" else None)
@@ -168,7 +168,7 @@ def test_sampled_runs_give_valid_grids(family, method):
 def test_analyze_runs_on_the_family(family):
     """`jacobigen analyze`'s decoding measurements and its teacher-forced influence measurement run
     on each family unchanged (values are checked on the embedded model, in test_analyze.py)."""
-    from jacobigen.analyze import accepted_lengths, influence
+    from jacobigen.tools.analyze import accepted_lengths, influence
 
     name, _, pipe, _, _, _ = family
     text = PROMPT.get(name, "a red cat")
@@ -230,7 +230,7 @@ def test_chameleon_vqgan_checkpoint_is_found_and_decodes(tmp_path):
     assert pipe.note == ""
     codes = torch.randint(0, 64, (1, 4, 4))
     grid = pipe.layout.image_ids[0] + (63 - codes)          # the tiny vocabulary maps ids in reverse
-    from jacobigen.families.base import to_pil
+    from jacobigen.models.families.base import to_pil
 
     with torch.no_grad():
         want = to_pil(vq.decode_codes(codes))[0]
@@ -238,7 +238,7 @@ def test_chameleon_vqgan_checkpoint_is_found_and_decodes(tmp_path):
 
 
 def test_llamagen_checkpoint_roundtrip_and_cli(tmp_path):
-    from jacobigen.families.llamagen import save_config
+    from jacobigen.models.families.llamagen import save_config
 
     m = fm.llamagen("c2i")
     torch.save({"model": m.state_dict()}, tmp_path / "c2i_T_64.pt")
@@ -262,7 +262,7 @@ def test_llamagen_checkpoint_roundtrip_and_cli(tmp_path):
 
 def test_llamagen_rope_is_2d_and_zero_for_condition_tokens():
     """Check our rotary against LlamaGen's recipe written independently with complex numbers."""
-    from jacobigen.families.llamagen import rotate_pairs
+    from jacobigen.models.families.llamagen import rotate_pairs
 
     m = fm.llamagen("c2i")
     c = m.config

@@ -27,7 +27,7 @@ def lumina_checkpoint(directory, shards: int):
     each shard's row repeated over its heads at run time. Returns the equivalent in-memory model."""
     from safetensors.torch import load_file, save_file
 
-    from jacobigen.families.chameleon import SHARD_NORM
+    from jacobigen.models.families.chameleon import SHARD_NORM
 
     hf, tok = fm.chameleon()
     hf.config.model_parallel_size = shards
@@ -47,7 +47,7 @@ def lumina_checkpoint(directory, shards: int):
 
 @pytest.mark.parametrize("shards", [1, 2])   # 7B: one shard for all heads; 34B-like: several
 def test_lumina_per_shard_qk_norms_load_and_normalise_like_lumina(tmp_path, shards):
-    from jacobigen.families.chameleon import chameleon_adapter
+    from jacobigen.models.families.chameleon import chameleon_adapter
 
     hf = lumina_checkpoint(tmp_path, shards)
     pipe = load_pipeline(f"lumina-mgpt:{tmp_path}?size=64")
@@ -129,7 +129,7 @@ def test_llamagen_folder_with_several_gpts_asks_which(pretrained_models):
 
 @pytest.mark.parametrize("kind,name,side", [("c2i", "c2i_T_256.pt", 16), ("t2i", "t2i_T_stage2_512.pt", 32)])
 def test_llamagen_decodes_with_the_vq_of_its_own_task(pretrained_models, kind, name, side):
-    from jacobigen.families.base import to_pil
+    from jacobigen.models.families.base import to_pil
 
     root, vqs = pretrained_models
     pipe = load_pipeline(f"llamagen:{root / name}")
@@ -198,7 +198,7 @@ def test_llamagen_training_checkpoint_loads_only_when_trusted(tmp_path):
 
 def test_llamagen_t2i_cleans_captions_as_its_training_did():
     """clean_caption twice (lowercase, URLs, HTML, spacing) before FLAN-T5, for cond and uncond alike."""
-    from jacobigen.families.llamagen import llamagen_pipeline
+    from jacobigen.models.families.llamagen import llamagen_pipeline
 
     seen = []
 
@@ -214,7 +214,7 @@ def test_llamagen_t2i_cleans_captions_as_its_training_did():
 
 
 def test_llamagen_c2i_defaults_are_its_demo_settings():
-    from jacobigen.families.llamagen import llamagen_pipeline
+    from jacobigen.models.families.llamagen import llamagen_pipeline
 
     pipe = llamagen_pipeline(fm.llamagen("c2i"))
     assert pipe.defaults == {"cfg": 4.0, "temperature": 1.0, "top_k": 2000, "top_p": None}
@@ -235,7 +235,7 @@ class RecordingTokenizer:
 
 
 def test_janus_strips_the_prompt_like_its_chat_template():
-    from jacobigen.families.janus import janus_pipeline
+    from jacobigen.models.families.janus import janus_pipeline
 
     hf, tok = fm.janus()
     rec = RecordingTokenizer(tok)
@@ -246,7 +246,7 @@ def test_janus_strips_the_prompt_like_its_chat_template():
 
 
 def test_pixels_truncate_or_round_as_each_original_does():
-    from jacobigen.families.base import to_pil
+    from jacobigen.models.families.base import to_pil
 
     x = torch.tensor([-1.5, -1.0, -0.2, 0.3, 0.77, 0.9999, 1.0, 2.0]).view(1, 1, 1, -1).expand(1, 3, 1, -1)
     unit = ((x.clamp(-1, 1) + 1) / 2).numpy()[0].transpose(1, 2, 0)

@@ -9,10 +9,10 @@ import pytest
 import scipy.linalg
 from PIL import Image
 
-from jacobigen import fid
-from jacobigen.bench import Row, run_fid
-from jacobigen.errors import ConfigError
+from jacobigen.core.errors import ConfigError
 from jacobigen.models import heldout_reference, random_pipeline
+from jacobigen.tools import fid
+from jacobigen.tools.bench import Row, run_fid
 
 
 def textbook_fid(a, b):

@@ -14,10 +14,10 @@ from click.testing import CliRunner
 from PIL import Image
 
 from jacobigen.cli import main
-from jacobigen.errors import ConfigError
-from jacobigen.files import read_prompts
-from jacobigen.jobs import Outputs, plan, run_local
+from jacobigen.core.errors import ConfigError
 from jacobigen.models import random_pipeline
+from jacobigen.tools.files import read_prompts
+from jacobigen.tools.jobs import Outputs, plan, run_local
 
 OPTIONS = dict(method="sjd", window=8)
 SRC = Path(__file__).parents[1] / "src"
@@ -81,7 +81,7 @@ def test_cli_prompts_file(tmp_path):
 @pytest.mark.slow
 def test_ray_survives_a_killed_worker(tmp_path):
     pytest.importorskip("ray")
-    from jacobigen.distributed import run_ray
+    from jacobigen.tools.distributed import run_ray
 
     jobs, out = plan([f"prompt {i}" for i in range(6)]), Outputs(tmp_path)
     pids, killed = [], []

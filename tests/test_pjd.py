@@ -14,14 +14,14 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-import jacobigen.pjd as pjd
+import jacobigen.decode.pjd as pjd
 from jacobigen import METHODS, ConfigError, generate
 from jacobigen.cli import main
-from jacobigen.exactness import PROMPT as TINY_PROMPT
-from jacobigen.exactness import exact_distribution, gof_pvalue, layout, sample, tiny_model, tv_distance
-from jacobigen.jacobi import JacobiDecoder
-from jacobigen.pjd import RowParallel
-from jacobigen.sampling import SamplingConfig
+from jacobigen.core.sampling import SamplingConfig
+from jacobigen.decode.jacobi import JacobiDecoder
+from jacobigen.decode.pjd import RowParallel
+from jacobigen.tools.exactness import PROMPT as TINY_PROMPT
+from jacobigen.tools.exactness import exact_distribution, gof_pvalue, layout, sample, tiny_model, tv_distance
 from models import LAYOUT, PROMPT, UNCOND, random_model
 
 N = 20_000

@@ -5,9 +5,9 @@ import pytest
 import torch
 
 from jacobigen import generate
-from jacobigen.bundle import encode_one
 from jacobigen.models import random_pipeline
-from jacobigen.plain_ar import plain_ar
+from jacobigen.models.bundle import encode_one
+from jacobigen.tools.plain_ar import plain_ar
 
 
 @pytest.fixture(scope="module")

@@ -5,11 +5,11 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from jacobigen.drafters import Coupled, GumbelShared, Independent, Slots, VerificationPrior
-from jacobigen.draws import Draws
-from jacobigen.mrs import residual
-from jacobigen.tree import ProactiveTree
-from jacobigen.verifiers import Verifier, Window, without
+from jacobigen.core.draws import Draws
+from jacobigen.core.mrs import residual
+from jacobigen.parts.drafters import Coupled, GumbelShared, Independent, Slots, VerificationPrior
+from jacobigen.parts.tree import ProactiveTree
+from jacobigen.parts.verifiers import Verifier, Window, without
 
 WEIGHTS = st.sampled_from([0.0, 0.0, 0.0, 1e-30, 1e-7, 0.25, 1.0, 1.0, 4.0])
 

@@ -7,16 +7,16 @@ import pytest
 from click.testing import CliRunner
 
 from jacobigen import METHODS, ConfigError, get_method
-from jacobigen.checks import number
 from jacobigen.cli import main
-from jacobigen.drafters import Drafter
-from jacobigen.exactness import exact_distribution, gof_pvalue, layout, sample, tiny_model
-from jacobigen.jacobi import Parts
-from jacobigen.methods import parse_variant
-from jacobigen.registry import PARTS, register
-from jacobigen.rng import Stream
-from jacobigen.sampling import SamplingConfig
-from jacobigen.verifiers import Verifier
+from jacobigen.core.checks import number
+from jacobigen.core.registry import PARTS, register
+from jacobigen.core.rng import Stream
+from jacobigen.core.sampling import SamplingConfig
+from jacobigen.decode.jacobi import Parts
+from jacobigen.decode.methods import parse_variant
+from jacobigen.parts.drafters import Drafter
+from jacobigen.parts.verifiers import Verifier
+from jacobigen.tools.exactness import exact_distribution, gof_pvalue, layout, sample, tiny_model
 from test_exactness import FAIL, PASS, SMALL_TREE
 
 

@@ -10,9 +10,9 @@ import pytest
 import torch
 
 from jacobigen import METHODS, generate
-from jacobigen.exactness import exact_distribution, gof_pvalue, layout, sample, tiny_model, tv_distance
-from jacobigen.relaxed import GroupVerifier, latent_neighbours
-from jacobigen.sampling import SamplingConfig
+from jacobigen.core.sampling import SamplingConfig
+from jacobigen.parts.relaxed import GroupVerifier, latent_neighbours
+from jacobigen.tools.exactness import exact_distribution, gof_pvalue, layout, sample, tiny_model, tv_distance
 from models import LAYOUT, PROMPT, random_model
 
 N = 20_000

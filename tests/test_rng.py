@@ -5,7 +5,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats as sps
 
-from jacobigen import rng
+from jacobigen.core import rng
 
 
 def test_uniforms_are_uniform_and_key_sensitive():

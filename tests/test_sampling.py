@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from jacobigen.layout import ImageLayout
-from jacobigen.sampling import SamplingConfig, TargetPipeline
+from jacobigen.core.layout import ImageLayout
+from jacobigen.core.sampling import SamplingConfig, TargetPipeline
 
 LAYOUT = ImageLayout(2, 3, (0, 6), eol_id=6, end_id=7)   # 9 generated positions, ids 0..9
 

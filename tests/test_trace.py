@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from jacobigen import generate
-from jacobigen.exactness import layout, tiny_model
+from jacobigen.tools.exactness import layout, tiny_model
 
 LAYOUT = layout(True, rows=4, cols=6)
 KW = dict(layout=LAYOUT, seed=list(range(4)), cfg=2.0, uncond=[7], window=8)

@@ -11,8 +11,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "training"))
 train_ar = pytest.importorskip("train_ar")
 eval_steering = pytest.importorskip("eval_steering")
 
-from jacobigen import embedded as E  # noqa: E402
-from jacobigen.model import Transformer, TransformerConfig, save_transformer  # noqa: E402
+from jacobigen.models import embedded as E  # noqa: E402
+from jacobigen.models.transformer import Transformer, TransformerConfig, save_transformer  # noqa: E402
 
 KEYWORDS = {"tags": ["love", "red", "emotion"], "group": "smileys emotion", "subgroup": "heart"}
 

@@ -5,10 +5,10 @@ import pytest
 import torch
 
 from jacobigen import METHODS, generate, get_method
-from jacobigen.errors import ConfigError
-from jacobigen.exactness import layout, tiny_model
-from jacobigen.methods import parse_variant, split_variants
-from jacobigen.tree import ProactiveTree
+from jacobigen.core.errors import ConfigError
+from jacobigen.decode.methods import parse_variant, split_variants
+from jacobigen.parts.tree import ProactiveTree
+from jacobigen.tools.exactness import layout, tiny_model
 
 LAYOUT = layout(True, rows=4, cols=6)
 KW = dict(layout=LAYOUT, seed=list(range(6)), cfg=2.0, uncond=[7])
@@ -70,7 +70,7 @@ def test_the_automatic_bar_falls_with_the_window():
 def test_the_cheap_bound_only_skips_trees_the_budget_would_refuse(model, monkeypatch, min_gain):
     """Drawing candidates for every iteration (no bound) gives the same tokens: the bound skipped
     only iterations whose tree would hold no sibling. It does skip some."""
-    from jacobigen.tree import AutoBudget
+    from jacobigen.parts.tree import AutoBudget
     bounded = generate(model, [5, 6], method="sjd-pac", window=12, tree_min_gain=min_gain, tree_width=2, batch_size=1,
                        **KW)
     calls = {"bound": 0, "skipped": 0}

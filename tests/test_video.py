@@ -1,7 +1,7 @@
 """Video layout: frames of rows x cols with end-of-line, end-of-frame and end-of-clip tokens.
 
 Every lossless preset samples exactly the AR distribution of a tiny 2-frame clip (the enumerable
-model of ``jacobigen.exactness``: 2 frames of 1 x 3 cells, 729 clips; 2 x 2 x 2, 6,561 clips, for
+model of ``jacobigen.tools.exactness``: 2 frames of 1 x 3 cells, 729 clips; 2 x 2 x 2, 6,561 clips, for
 PJD's rows), all seven mutants of docs/DESIGN.md §6.2 are rejected there, and PJD runs its rows in
 parallel within a frame only.
 """
@@ -10,14 +10,14 @@ import pytest
 import torch
 
 from jacobigen import METHODS, ConfigError, generate
-from jacobigen.drafters import Independent
-from jacobigen.exactness import exact_distribution, gof_pvalue, sample, tiny_model, tv_distance, video_layout
-from jacobigen.jacobi import JacobiDecoder, Parts
-from jacobigen.layout import ImageLayout, VideoLayout
-from jacobigen.model import Transformer, TransformerConfig
-from jacobigen.sampling import SamplingConfig
-from jacobigen.tree import ProactiveTree
-from jacobigen.verifiers import Verifier
+from jacobigen.core.layout import ImageLayout, VideoLayout
+from jacobigen.core.sampling import SamplingConfig
+from jacobigen.decode.jacobi import JacobiDecoder, Parts
+from jacobigen.models.transformer import Transformer, TransformerConfig
+from jacobigen.parts.drafters import Independent
+from jacobigen.parts.tree import ProactiveTree
+from jacobigen.parts.verifiers import Verifier
+from jacobigen.tools.exactness import exact_distribution, gof_pvalue, sample, tiny_model, tv_distance, video_layout
 from mutants import (
     CarryOldQ,
     MinimumAcceptance,

@@ -2,8 +2,8 @@
 import pytest
 import torch
 
-from jacobigen.errors import WeightsError
-from jacobigen.vq import VQConfig, VQModel, codebook_stats
+from jacobigen.core.errors import WeightsError
+from jacobigen.models.vq import VQConfig, VQModel, codebook_stats
 
 TINY = VQConfig(channels=(8, 16, 16), res_blocks=(0, 0, 1), dec_res_blocks=(0, 0, 1),
                 codebook_size=32, code_dim=4)

@@ -17,8 +17,8 @@ import torch
 from common import DATA, WEIGHTS, add_cpu_args, load_split
 from train_ar import Batches, mean_code_ce
 
-from jacobigen import embedded as E
-from jacobigen.model import load_transformer
+from jacobigen.models import embedded as E
+from jacobigen.models.transformer import load_transformer
 
 
 def main() -> None:

@@ -15,10 +15,10 @@ import argparse
 
 import torch
 
-from jacobigen import embedded as E
-from jacobigen.bundle import encode_one
+from jacobigen.core.sampling import SamplingConfig, target_probs
 from jacobigen.models import EMBEDDED_PROMPTS, load_pipeline
-from jacobigen.sampling import SamplingConfig, target_probs
+from jacobigen.models import embedded as E
+from jacobigen.models.bundle import encode_one
 
 
 def entropy(p: torch.Tensor) -> torch.Tensor:

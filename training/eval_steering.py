@@ -25,9 +25,9 @@ from common import DATA, add_cpu_args, load_images, load_split
 from fetch_data import split_group
 from PIL import Image
 
-from jacobigen import fid
-from jacobigen.errors import PromptWarning
+from jacobigen.core.errors import PromptWarning
 from jacobigen.models import load_pipeline
+from jacobigen.tools import fid
 
 KS = (1, 10)
 

@@ -156,7 +156,7 @@ def tokenize(clips: np.ndarray, weights: Path) -> np.ndarray:
 
     import torch
     sys.path.insert(0, str(ROOT / "src"))
-    from jacobigen.vq import VQModel
+    from jacobigen.models.vq import VQModel
 
     vq = VQModel.load(weights)
     flat = torch.from_numpy(clips.reshape(-1, *clips.shape[2:])).permute(0, 3, 1, 2).contiguous()

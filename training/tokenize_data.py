@@ -13,7 +13,7 @@ import numpy as np
 import torch
 from common import DATA, WEIGHTS, load_images
 
-from jacobigen.vq import VQModel
+from jacobigen.models.vq import VQModel
 
 
 @torch.no_grad()

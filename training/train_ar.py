@@ -1,6 +1,6 @@
 """Train the embedded text-to-image AR transformer on VQ tokens; resumable.
 
-Token layout: jacobigen.embedded. Captions vary per example (the emoji's name, name plus keywords,
+Token layout: jacobigen.models.embedded. Captions vary per example (the emoji's name, name plus keywords,
 keywords alone, subgroup plus keywords: data/keywords.json), read as words of a vocabulary built
 from the training split. Loss covers the image part only (codes, EOL, EOI); logged losses are
 per-token cross-entropy on image *codes*, train and held-out (names as captions) side by side.
@@ -27,8 +27,8 @@ import torch
 import torch.nn.functional as F
 from common import DATA, ROOT, Log, add_cpu_args, cosine_lr, load_split, save_atomic
 
-from jacobigen import embedded as E
-from jacobigen.model import Transformer, TransformerConfig, load_transformer, save_transformer
+from jacobigen.models import embedded as E
+from jacobigen.models.transformer import Transformer, TransformerConfig, load_transformer, save_transformer
 
 IGNORE = -100
 # Mirroring these would teach mirrored text or wrong flags; they are never flipped.

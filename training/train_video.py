@@ -20,8 +20,8 @@ import torch
 from common import DATA, ROOT, WEIGHTS, Log, load_split
 from train_ar import IGNORE, Batches, arguments, export, fit
 
-from jacobigen import embedded as E
-from jacobigen.model import TransformerConfig, load_transformer
+from jacobigen.models import embedded as E
+from jacobigen.models.transformer import TransformerConfig, load_transformer
 
 
 class ClipBatches(Batches):

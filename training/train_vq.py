@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from common import ROOT, Log, add_cpu_args, cosine_lr, load_images, load_split, save_atomic
 
-from jacobigen.vq import VQConfig, VQModel, codebook_stats
+from jacobigen.models.vq import VQConfig, VQModel, codebook_stats
 
 CKPT_DIR = ROOT / "checkpoints" / "vq"
 

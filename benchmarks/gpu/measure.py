@@ -43,9 +43,9 @@ except ImportError:   # not installed (e.g. a bare GPU machine): use the checkou
 
 import torch
 
-from jacobigen.costs import block_size
-from jacobigen.masks import block_mask, causal
-from jacobigen.methods import split_variants
+from jacobigen.core.masks import block_mask, causal
+from jacobigen.decode.methods import split_variants
+from jacobigen.tools.costs import block_size
 
 MIN_TRANSFORMERS = "5.24"   # pyproject's families extra: the adapter's ``cache=`` keyword
 REFERENCE_TREE = "sjd-pac[tree_budget=full,window=64]"   # the authors' 21-node tree in their 64-token block
@@ -113,8 +113,8 @@ def build_model(shape: dict, device: torch.device, seed: int = 0):
     Returns (adapter, layout builder info)."""
     from transformers import ChameleonConfig, ChameleonForConditionalGeneration
 
-    from jacobigen.families.base import contiguous_range, default_dtype
-    from jacobigen.families.chameleon import chameleon_adapter
+    from jacobigen.models.families.base import contiguous_range, default_dtype
+    from jacobigen.models.families.chameleon import chameleon_adapter
 
     shape = dict(shape)
     codes = shape.pop("codes")
@@ -192,8 +192,8 @@ def cost_curve(model, device, sizes, context, rows, reps, warmup, budget, result
 
 def preset_overhead(model, device, info, grid, windows, methods, budget, result, prompt_len=16, seed=0):
     from jacobigen import METHODS, ImageLayout, generate
-    from jacobigen.families.chameleon import DEFAULTS
-    from jacobigen.methods import parse_variant
+    from jacobigen.decode.methods import parse_variant
+    from jacobigen.models.families.chameleon import DEFAULTS
 
     lo, hi = info["image_ids"]
     # stand-ins outside the image range for <reserved08799> (EOL) and <eoss> (end of image)

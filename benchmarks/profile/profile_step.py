@@ -17,11 +17,11 @@ import time
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from jacobigen.api import generate
-from jacobigen.bundle import encode_one
+from jacobigen.decode.api import generate
 from jacobigen.models import load_pipeline
+from jacobigen.models.bundle import encode_one
 
-MODEL_FILES = ("model.py", "cache.py", "torch/nn/")
+MODEL_FILES = ("models/transformer.py", "core/cache.py", "torch/nn/")
 
 
 def count_ops(pipe, prompt, method, window, seed) -> float:

@@ -6,16 +6,16 @@ without importing torch (seconds on a cold start).
 
 import importlib
 
-from .threads import passive_wait as _passive_wait
+from .tools.threads import passive_wait as _passive_wait
 
 _passive_wait()   # before torch loads OpenMP: idle threads sleep instead of spinning (unless set)
 
-from .errors import ConfigError, JacobigenError, WeightsError  # noqa: E402 - torch-free, after the wait policy
+from .core.errors import ConfigError, JacobigenError, WeightsError  # noqa: E402 - torch-free, after the wait policy
 
-_LAZY = {"Generation": "api", "generate": "api", "ImageLayout": "layout", "METHODS": "methods",
-         "get_method": "methods", "Transformer": "model", "TransformerConfig": "model",
-         "load_transformer": "model", "save_transformer": "model", "SamplingConfig": "sampling",
-         "VideoLayout": "layout"}
+_LAZY = {"Generation": "decode.api", "generate": "decode.api", "ImageLayout": "core.layout",
+         "METHODS": "decode.methods", "get_method": "decode.methods", "Transformer": "models.transformer",
+         "TransformerConfig": "models.transformer", "load_transformer": "models.transformer",
+         "save_transformer": "models.transformer", "SamplingConfig": "core.sampling", "VideoLayout": "core.layout"}
 
 __all__ = ["ConfigError", "Generation", "ImageLayout", "JacobigenError", "METHODS", "SamplingConfig",
            "Transformer", "TransformerConfig", "VideoLayout", "WeightsError", "generate", "get_method",

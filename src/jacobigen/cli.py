@@ -15,11 +15,11 @@ from pathlib import Path
 
 import click
 
-from . import embedded as E
-from . import extras
-from .checks import MAX_SEED, image_seeds, number, parse_options
-from .errors import ConfigError, JacobigenError, PromptWarning
-from .files import atomic_write, check_writable, read_prompts
+from .core.checks import MAX_SEED, image_seeds, number, parse_options
+from .core.errors import ConfigError, JacobigenError, PromptWarning
+from .models import embedded as E
+from .tools import extras
+from .tools.files import atomic_write, check_writable, read_prompts
 
 MAX_IMAGES = 1_000_000        # --num-images
 MAX_SHEET_IMAGES = 256        # images in one --out sheet (more: --prompts FILE --out-dir DIR)
@@ -134,7 +134,7 @@ def check_seeds(seed: int, n: int) -> list[int]:
 
 def check_method(method: str, window: int, options: dict) -> None:
     """The method and its options, built once before the model loads (their parts check them)."""
-    from .methods import get_method
+    from .decode.methods import get_method
 
     spec = get_method(method)
     spec.build(spec.window or window, **options)
@@ -279,8 +279,8 @@ def _check_combination(prompts, prompts_file, use_ray, address, out, stats_path,
 
 
 def _load(model_spec, device, threads, trust_checkpoint=False):
-    from .models import load_pipeline
-    from .threads import choose_threads
+    from .models.load import load_pipeline
+    from .tools.threads import choose_threads
 
     pipe = load_pipeline(model_spec, device, trust_checkpoint)
     choose_threads(pipe.model, threads)
@@ -291,7 +291,7 @@ def _load(model_spec, device, threads, trust_checkpoint=False):
 
 def _images_only(pipe):
     """``generate`` writes images: a clip model is pointed to ``generate-video``."""
-    from .layout import VideoLayout
+    from .core.layout import VideoLayout
 
     if isinstance(pipe.layout, VideoLayout):
         raise ConfigError(f"the {pipe.name} model makes clips: use `jacobigen generate-video`")
@@ -315,7 +315,7 @@ def _generate_sheet(prompts, model, num_images, seed, out, fmt, size, stats_path
 def _report(pipe, gen, texts, seeds, window, out, stats_path, trace) -> None:
     """The stats line (NFE, step compression, wall time, tree), the statistics JSON and, with
     ``trace``, the acceptance maps beside ``out`` (a clip's frames side by side)."""
-    from .layout import VideoLayout
+    from .core.layout import VideoLayout
 
     s = gen.stats
     ar_nfe = pipe.layout.length  # AR: one forward per generated token, the first from the prefill
@@ -404,9 +404,9 @@ def _generate_jobs(texts, model, num_images, seed, out_dir, chunk, use_ray, addr
 
     from tqdm.auto import tqdm
 
-    from .jobs import Outputs, plan, run_local
-    from .methods import get_method
-    from .models import weights_id
+    from .decode.methods import get_method
+    from .models.load import weights_id
+    from .tools.jobs import Outputs, plan, run_local
 
     model_spec, device, trust_checkpoint = model
     spec = get_method(settings["method"])
@@ -426,13 +426,13 @@ def _generate_jobs(texts, model, num_images, seed, out_dir, chunk, use_ray, addr
     if not todo:
         pass
     elif use_ray:
-        from .distributed import run_ray
+        from .tools.distributed import run_ray
 
         run = run_ray(model_spec, jobs, outputs, workers=workers, address=address, device=device, chunk=chunk,
                       batch_size=batch_size, on_result=lambda job, rec: bar.update(1),
                       trust_checkpoint=trust_checkpoint, **gen_options)
     else:
-        from .jobs import run_local
+        from .tools.jobs import run_local
 
         pipe = _images_only(_load(model_spec, device, threads, trust_checkpoint))
         run_local(pipe, jobs, outputs, batch_size, chunk, on_result=lambda job, rec: bar.update(1), **gen_options)
@@ -457,8 +457,8 @@ def _csv(kind):
 
 
 def _variants(ctx, param, value):
-    from .bench import PLAIN
-    from .methods import parse_variant, split_variants
+    from .decode.methods import parse_variant, split_variants
+    from .tools.bench import PLAIN
 
     names = split_variants(value)
     try:
@@ -500,8 +500,8 @@ def _variants(ctx, param, value):
 def bench(model_spec, device, method_names, windows, n_prompts, prompt_texts, n_seeds, n_fid, out_dir, thread_counts,
           use_compile, trust_checkpoint):
     """Compare methods on the same prompts and seeds; write bench.json and bench.md."""
-    from .bench import run_fid, run_settings, write_reports
-    from .models import load_pipeline
+    from .models.load import load_pipeline
+    from .tools.bench import run_fid, run_settings, write_reports
 
     if thread_counts is not None and not all(isinstance(t, int) and t >= 1 for t in thread_counts or [0]):
         raise click.BadParameter("thread counts must be >= 1", param_hint="--threads")
@@ -517,8 +517,8 @@ def bench(model_spec, device, method_names, windows, n_prompts, prompt_texts, n_
     if not prompts:
         raise BadInput(f"the {pipe.name} model has no example prompts: give one or more --prompt")
     if n_fid:
-        from .fid import network
-        from .layout import VideoLayout
+        from .core.layout import VideoLayout
+        from .tools.fid import network
 
         if isinstance(pipe.layout, VideoLayout):
             raise click.BadParameter(f"FID scores images; the {pipe.name} model makes clips", param_hint="--fid")
@@ -555,7 +555,7 @@ def bench(model_spec, device, method_names, windows, n_prompts, prompt_texts, n_
 def throughput(model_spec, device, method_names, batch_sizes, n_images, window, repeats, out_dir, threads,
                trust_checkpoint):
     """Images/s and tokens/s against batch size; write throughput.json, .md and .png."""
-    from .throughput import markdown, run_throughput, write_report
+    from .tools.throughput import markdown, run_throughput, write_report
 
     if any(b < 1 for b in batch_sizes):
         raise click.BadParameter("batch sizes must be >= 1", param_hint="--batch")
@@ -583,7 +583,7 @@ def throughput(model_spec, device, method_names, batch_sizes, n_images, window, 
 def analyze(model_spec, device, prompt_texts, n_seeds, window, out_dir, progress, threads, trust_checkpoint):
     """The seed papers' diagnostics on a model: coupling-strength and guidance sweeps, multi-step
     Hamming distance, accepted lengths, token locality and row dependency (PNG + JSON each)."""
-    from .analyze import run_all
+    from .tools.analyze import run_all
 
     check_writable(out_dir, "--out", folder=True)
     pipe = _load(model_spec, device, threads, trust_checkpoint)
@@ -596,8 +596,8 @@ def analyze(model_spec, device, prompt_texts, n_seeds, window, out_dir, progress
 def methods():
     """List method presets and the parts a method string joins with +, whether each is lossless,
     and their options."""
-    from .methods import LEFT_OUT, METHODS
-    from .registry import KINDS, PARTS
+    from .core.registry import KINDS, PARTS
+    from .decode.methods import LEFT_OUT, METHODS
 
     width = max(len(n) for n in [*METHODS, *PARTS])
 

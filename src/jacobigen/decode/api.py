@@ -1,0 +1,111 @@
+"""The Python entry point: ``generate(model, prompt, layout=..., method="sjd", ...)``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ..core.checks import MAX_SEED, image_seeds, integer
+from ..core.contract import ImageModel
+from ..core.errors import ConfigError
+from ..core.layout import ImageLayout
+from ..core.sampling import SamplingConfig
+from ..core.stats import DecodeStats
+from ..parts.tree import MAX_NODES
+from .jacobi import JacobiDecoder, Parts
+from .methods import Method, get_method
+
+
+@dataclass
+class Generation:
+    tokens: torch.Tensor   # [B, layout.length] generated tokens, structural ones included
+    grid: torch.Tensor     # [B, rows, cols] image token grid
+    stats: DecodeStats
+    method: Method
+
+
+def make_decoder(model: ImageModel, layout: ImageLayout, sampling: SamplingConfig, parts: Parts,
+                 timing: bool = False, latents: torch.Tensor | None = None) -> JacobiDecoder:
+    return JacobiDecoder(model, layout, sampling, parts, timing, latents)
+
+
+def _ids(row, name: str) -> list:
+    """A list of (not yet checked) ids from a list, tuple, tensor or array; never text."""
+    if hasattr(row, "tolist"):
+        row = row.tolist()
+    if isinstance(row, (str, bytes)) or not isinstance(row, (list, tuple)) or not row:
+        raise ConfigError(f"{name} must be a non-empty list of token ids (or a list of such lists), got "
+                          f"{row!r:.60}; text prompts go through a pipeline: "
+                          f"jacobigen.models.load_pipeline(...).generate(texts)")
+    return list(row)
+
+
+def _as_batch(prompt, name: str = "prompt") -> list[list[int]]:
+    """One prompt (token ids) or a batch of them, as lists of ints."""
+    prompt = _ids(prompt, name)
+    nested = isinstance(prompt[0], (list, tuple)) or getattr(prompt[0], "ndim", 0) > 0
+    rows = [_ids(r, name) for r in prompt] if nested else [prompt]
+    return [[integer(f"{name} token id", t, 0) for t in row] for row in rows]
+
+
+def _seeds(seed, n: int) -> list[int]:
+    """One seed per sequence, each a 32-bit key of the counter-based generator (no silent wrap)."""
+    if isinstance(seed, (list, tuple)) or getattr(seed, "ndim", 0) > 0:
+        return [integer("seed", s, 0, MAX_SEED) for s in list(seed)]
+    return image_seeds(seed, n, "sequence")
+
+
+def prompt_rows(prompt, seed: int | list[int], uncond, guided: bool) -> tuple[list[list[int]], list[int]]:
+    """The decoder's model rows (cond and uncond interleaved when guided) and one seed per
+    sequence, by :func:`generate`'s rules for ``prompt``, ``seed`` and ``uncond``."""
+    prompts = _as_batch(prompt)
+    seeds = _seeds(seed, len(prompts))
+    if len(prompts) == 1:
+        prompts = prompts * len(seeds)
+    if len(seeds) != len(prompts):
+        raise ConfigError(f"{len(seeds)} seeds for {len(prompts)} prompts")
+    if not guided:
+        return prompts, seeds
+    if uncond is None:
+        raise ConfigError("cfg != 1 needs an unconditional prompt (uncond=...)")
+    unconds = _as_batch(uncond, "uncond")
+    if len(unconds) == 1:
+        unconds = unconds * len(prompts)
+    if len(unconds) != len(prompts):
+        raise ConfigError(f"{len(unconds)} unconditional prompts for {len(prompts)} prompts")
+    return [r for pair in zip(prompts, unconds, strict=True) for r in pair], seeds
+
+
+def generate(model: ImageModel, prompt, *, layout: ImageLayout, method: str = "sjd", window: int = 32,
+             seed: int | list[int] = 0, cfg: float = 1.0, uncond=None, temperature: float = 1.0,
+             top_k: int | None = None, top_p: float | None = None, progress: bool = False,
+             batch_size: int | None = None, timing: bool = False, latents: torch.Tensor | None = None,
+             **options) -> Generation:
+    """Sample image token grids for one prompt (list of ids) or a batch of prompts.
+
+    ``seed`` is one seed per sequence; an int gives sequence i the seed ``seed + i``, and a list of
+    seeds with a single prompt samples that prompt once per seed. With ``cfg``
+    other than 1, ``uncond`` is the unconditional prompt (one for all, or one per sequence).
+    ``batch_size`` caps the sequences decoded together (default: all at once); when it is
+    smaller, a finished sequence's row takes the next waiting one. Each sequence's tokens depend
+    only on its prompt and seed, never on the batch it ran in.
+    ``timing=True`` syncs an accelerator around each forward so that ``stats.forward_time`` is
+    real (on a CPU it always is; on a GPU it is None otherwise, and the loop never waits).
+    ``latents`` [image ids, d] place the image ids for GSD/LANTERN's neighbours (a VQ codebook;
+    default: the model's output embedding rows). Extra keyword ``options`` go to the method's
+    parts (see ``jacobigen methods``).
+    """
+    spec = get_method(method)
+    window = integer("window", window, 1)
+    if window > layout.length + MAX_NODES:       # before a schedule sizes anything by it
+        raise ConfigError(f"window {window} is longer than a block can use: the image has {layout.length} tokens "
+                          f"and a tree at most {MAX_NODES} nodes (window <= {layout.length + MAX_NODES})")
+    if batch_size is not None:
+        batch_size = integer("batch_size", batch_size, 1)
+    sampling = SamplingConfig(temperature=temperature, top_k=top_k, top_p=top_p, cfg=cfg)
+    rows, seeds = prompt_rows(prompt, seed, uncond, sampling.guided)
+    parts = spec.build(window, **options)
+    tokens, stats = make_decoder(model, layout, sampling, parts, timing, latents).run(rows, seeds, progress, batch_size)
+    stats.lossless = spec.lossless
+    return Generation(tokens, layout.grid(tokens), stats, spec)

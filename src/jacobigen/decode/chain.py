@@ -1,0 +1,179 @@
+"""The 1-D chain schedule: a window of drafts after the last committed token, optionally with
+SJD-PAC's proactive tree carved out of it (docs/DESIGN.md §3 and §4.2). Plain AR is the chain
+with no drafts.
+
+Slot i of the next window holds position n + i. Its belief is the stale target the last forward
+gave that position along the spine (or the layout's prior if it was not in the block), and the
+draft that sat there before, with its q, is what a coupling drafter may keep. The block is
+``[last committed, spine drafts, tree nodes]``, ``window`` tokens in all (:mod:`.tree`); the one
+chain is verified exactly; the accepted path and the sampled token are committed.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..core.masks import BandMask, block_mask, causal
+from ..core.mrs import gather_rows
+from ..parts.drafters import Slots
+from ..parts.tree import AutoBudget, arrange, rank_candidates, select, universe
+from ..parts.verifiers import Window
+from .engine import Block, Flight, Segments, per_model_row
+
+
+class Chain:
+    def __init__(self, layout, window: int, tree, targets, device):
+        w = self.drafts = window - 1
+        self.size, self.length, self.targets, self.device = window, layout.length, targets, device
+        self.tree = tree
+        self.levels, self.cap = tree.carve(window) if tree else (0, 0)     # (0, 0): a plain chain
+        self.universe = universe(self.levels, tree.width, torch.device(device)) if self.levels else None
+        self.auto = AutoBudget(tree.gain_bar(window)) if self.levels and tree.budget == "auto" else None
+        self.arange_w = torch.arange(w, device=device)
+        self.depths = torch.arange(w + 1, device=device)
+        self.positions = torch.arange(self.length, device=device)
+        self._empty: dict = {}        # _no_slots, _no_tree: (kind, rows) -> empty tensors
+        self.band: BandMask | None = None
+
+    @property
+    def board_width(self) -> int:
+        return self.length + self.drafts + 1
+
+    @property
+    def slot_count(self) -> int:
+        return self.drafts
+
+    @property
+    def block_slack(self) -> int:
+        """Cache slots past the image that a block may write into."""
+        return self.size
+
+    def settled(self, fl: Flight) -> torch.Tensor:
+        """Committed positions [B, length]: a prefix."""
+        return self.positions < fl.committed[:, None]
+
+    def start(self, rows: int, vocab: int, cache) -> None:
+        w, dev = self.drafts, self.device
+        self._empty = {}
+        self.band = BandMask(causal(self.size, dev), cache.capacity)
+        self.p = torch.zeros(rows, w + 1, vocab, device=dev)        # spine targets of the last forward
+        self.tokens = torch.zeros(rows, w, dtype=torch.int64, device=dev)
+        self.q = torch.zeros(rows, w, vocab, device=dev)
+        self.step = torch.zeros(rows, dtype=torch.int64, device=dev)
+        self.spine = torch.full((rows,), w, dtype=torch.int64, device=dev)
+        k = self.targets.support_size                       # top-k ids of those targets
+        self.support = None if k is None else torch.zeros(rows, w + 1, k, dtype=torch.int64, device=dev)
+        if self.auto:
+            self.auto.start(rows, w, dev)
+
+    def admit(self, fl: Flight, rows: torch.Tensor, first: torch.Tensor, cache) -> None:
+        fl.board[rows] = 0
+        fl.board[rows, 0] = first
+        if self.auto:
+            self.auto.reset(rows)
+
+    def select(self, rows: torch.Tensor) -> None:
+        self.p, self.tokens, self.q, self.step = self.p[rows], self.tokens[rows], self.q[rows], self.step[rows]
+        self.spine = self.spine[rows]
+        if self.support is not None:
+            self.support = self.support[rows]
+        if self.auto:
+            self.auto.select(rows)
+
+    # --- the step's parts -------------------------------------------------------------------
+
+    def slots(self, fl: Flight) -> Slots:
+        w, n = self.drafts, fl.committed
+        if not w:                                   # plain AR: no window
+            return self._no_slots(n.shape[0])
+        positions = n[:, None] + self.arange_w
+        j = self.arange_w + self.step[:, None]       # where each slot's position sat in the last block
+        live = fl.live[:, None]
+        has_p = (j <= self.spine[:, None]) & live
+        belief = torch.where(has_p[..., None], gather_rows(self.p, j.clamp(max=w)), self.targets.prior(positions))
+        jo = j.clamp(max=w - 1)
+        support = None if self.support is None else gather_rows(self.support, j.clamp(max=w))
+        return Slots(positions, belief, has_p, self.tokens.gather(1, jo), gather_rows(self.q, jo), (j < w) & live,
+                     support)
+
+    def _no_slots(self, b: int) -> Slots:
+        """Empty slots for b rows, made once per start (a per-instance cache: lru_cache on a method
+        would keep every finished schedule and its buffers alive)."""
+        if ("slots", b) not in self._empty:
+            empty = torch.zeros(b, 0, dtype=torch.int64, device=self.device)
+            q = torch.zeros(b, 0, self.q.shape[-1], device=self.device)
+            self._empty["slots", b] = Slots(empty, q, empty.bool(), empty, q, empty.bool())
+        return self._empty["slots", b]
+
+    def _no_tree(self, b: int) -> tuple[torch.Tensor, torch.Tensor]:
+        if ("tree", b) not in self._empty:
+            none = torch.zeros(b, 0, 1, dtype=torch.int64, device=self.device)
+            self._empty["tree", b] = none, none.bool()
+        return self._empty["tree", b]
+
+    def segments(self, fl: Flight, slots: Slots, tokens: torch.Tensor, q: torch.Tensor) -> Segments:
+        self.tokens, self.q = tokens, q
+        return Segments(Window(tokens, q, *self._no_tree(tokens.shape[0])), slots.positions, self.size)
+
+    def block(self, fl: Flight, seg: Segments, cache) -> Block:
+        n, w = fl.committed, self.drafts
+        last = (n - 1).clamp(min=0)[:, None]
+        root = fl.board.gather(1, last)
+        m = (self.length - 1 - n).clamp(0, w) if w else None      # no drafts: nothing to verify
+        self.tree_block = self._tree(seg, root[:, 0], m) if self.levels else None
+        if self.tree_block is None:                               # a plain chain this iteration
+            return Block(torch.cat([root, seg.window.tokens], 1), last + self.depths, self.band(cache.lengths), m,
+                         n[:, None] + self.depths)
+        tb = self.tree_block
+        structure = per_model_row(tb.structure, cache.rows // n.shape[0])
+        return Block(tb.tokens, last + tb.depth, block_mask(cache.lengths, cache.capacity, structure),
+                     torch.minimum(m, tb.nodes.spine), n[:, None] + self.depths)
+
+    def _tree(self, seg: Segments, root: torch.Tensor, m: torch.Tensor):
+        """This iteration's trees (None when no row's tree holds a sibling: the chain's own path)."""
+        uni, win, w, d = self.universe, seg.window, self.drafts, self.levels
+        if self.auto:
+            self.auto.prepare(m)
+            q = win.q[:, :d]
+            spine_q = q.gather(-1, win.tokens[:, :d, None])[..., 0]
+            top = q.topk(2, -1)
+            runner_up = torch.where(top.indices[..., 0] == win.tokens[:, :d], top.values[..., 1], top.values[..., 0])
+            if not self.auto.worth_trying(spine_q, runner_up, self.cap, self.tree.width):
+                return None
+        ranking = rank_candidates(self.tree, uni, win, seg.positions, seg.drafting, m)
+        count = ranking.available(self.cap)
+        if self.auto:
+            count = torch.minimum(count, self.auto.count(ranking.best, self.cap))
+        nodes = select(uni, ranking, count, w - count)
+        if max(nodes.ranks) <= 1:
+            return None
+        win.tree = nodes
+        self.tree_value = (ranking.values * ((nodes.index >= 0) & ~uni.spine)).sum(1)
+        return arrange(nodes, root, win.tokens, win.cand, self.size)
+
+    def commit(self, fl: Flight, seg: Segments, block: Block, p, support, k, nxt, path, cache) -> torch.Tensor:
+        n = fl.committed
+        active = n < self.length
+        k = torch.where(active, k, 0)
+        # the accepted path and the sampled token; entries past the path land where later commits
+        # overwrite them, finished rows write into slack
+        tree = self.tree_block
+        if self.drafts:
+            accepted = block.tokens.gather(1, path[:, 1:]) if tree else block.tokens[:, 1:]
+            fl.board.scatter_(1, n[:, None] + self.arange_w, accepted)
+        fl.board.scatter_(1, (n + k)[:, None], nxt[:, None])
+        self.step = (k + 1) * active
+        group = cache.rows // n.shape[0]
+        # a chain keeps a prefix of its block, already in place; a tree's path is moved there (only
+        # its first levels + 1 entries: a path deeper than the tree runs along the spine, in place)
+        keep = per_model_row(path[:, :self.levels + 1], group) if tree else None
+        cache.commit(keep, per_model_row(self.step, group))
+        self.p, self.support = p, support
+        off_spine = torch.zeros_like(k)
+        self.spine = tree.nodes.spine if tree else torch.full_like(self.spine, self.drafts)
+        if tree:
+            off_spine = ((path[:, 1:] > self.spine[:, None]) & (self.arange_w < k[:, None])).sum(1)
+        if self.auto:
+            self.auto.update(k - off_spine, off_spine, block.m, self.tree_value if tree else 0.0, active)
+        self.tally = (self.size * active, off_spine)
+        return self.step

@@ -1,0 +1,178 @@
+"""The one decode step (docs/DESIGN.md §3): draft -> one forward -> verify -> commit.
+
+Every method and every schedule runs this step. A *schedule* (:mod:`.chain`, :mod:`.pjd`) says
+which positions enter the block, their attention structure, and which of its segments are verified
+exactly (commit the accepted run plus one sampled token) or prefix-only (commit the accepted run);
+the drafter, the proactive tree and the verifier are the method's parts. The batch scheduler
+(:mod:`.batching`) admits, refills and compacts rows around the step.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import torch
+
+from ..core.contract import model_device, prompt_lengths
+from ..core.draws import Draws
+from ..core.errors import WeightsError
+from ..core.masks import block_mask, prefix_structure
+from ..core.rng import Stream
+from ..core.sampling import SamplingConfig, TargetPipeline
+from ..parts.verifiers import Window
+
+
+def model_rows(rows: torch.Tensor, group: int) -> torch.Tensor:
+    """Model rows of batch rows: a guided sequence owns a (cond, uncond) pair."""
+    return (rows[:, None] * group + torch.arange(group, device=rows.device)).flatten()
+
+
+def per_model_row(x: torch.Tensor, group: int) -> torch.Tensor:
+    """x [B, ...] repeated for each model row of its sequence: [B * group, ...]."""
+    if group == 1:
+        return x
+    return x.unsqueeze(1).expand(-1, group, *x.shape[1:]).reshape(-1, *x.shape[1:])
+
+
+def sync(device: torch.device) -> None:
+    """Wait for an accelerator's queued work (a no-op on the CPU), for honest timings."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+@dataclass
+class Flight:
+    """What every schedule keeps per batch row: row r decodes sequence ``seq[r]`` (-1: free)."""
+
+    seq: torch.Tensor         # [B]
+    seeds: torch.Tensor       # [B] seed of that sequence
+    iteration: torch.Tensor   # [B] iterations it has run
+    base: torch.Tensor        # [B * group] prompt length of each model row
+    board: torch.Tensor       # [B, length + 1] committed tokens (newest guesses elsewhere); last: scratch
+    committed: torch.Tensor   # [B] committed tokens (>= length: finished or free)
+    live: torch.Tensor        # [B] the last forward counted for this row (its targets may be reused)
+    when: torch.Tensor        # [B, length] iteration that committed each token (0: the prefill; -1: not yet)
+
+    @property
+    def draws(self) -> Draws:
+        return Draws(self.seeds, self.iteration)
+
+    def select(self, rows: torch.Tensor, model_rows: torch.Tensor) -> None:
+        self.seq, self.seeds, self.iteration = self.seq[rows], self.seeds[rows], self.iteration[rows]
+        self.base, self.board = self.base[model_rows], self.board[rows]
+        self.committed, self.live, self.when = self.committed[rows], self.live[rows], self.when[rows]
+
+
+@dataclass
+class Segments:
+    """The drafts of one iteration as the verifier sees them: S chains per batch row, flattened
+    to [B * S] rows of W depths, with the positions of depths 1..W, the block nodes of each chain,
+    and the draws of each chain's sequence (a schedule with a tree draws its siblings under
+    ``drafting``, the iteration the drafts come from)."""
+
+    window: Window
+    positions: torch.Tensor    # [B * S, W]
+    size: int                  # block nodes per chain
+    per_row: int = 1           # S
+    drafting: Draws | None = None  # set by the step
+    draws: Draws | None = None     # of the verification, set by the step
+
+
+@dataclass
+class Block:
+    """One forward: ``tokens``/``node_pos`` [B, N] (generated position of each node's token), the
+    additive mask over the cache, and per chain the depths ``m`` that lie inside its row and the
+    positions ``depth_pos`` of depths 1..W+1 [B * S, W + 1]."""
+
+    tokens: torch.Tensor
+    node_pos: torch.Tensor
+    mask: torch.Tensor
+    m: torch.Tensor | None      # None: no drafts to verify
+    depth_pos: torch.Tensor
+
+
+class Engine:
+    """Model access and the step, for one (model, layout, sampling, parts, schedule)."""
+
+    def __init__(self, model, layout, sampling: SamplingConfig, parts, schedule, targets: TargetPipeline,
+                 timing: bool = False, latents: torch.Tensor | None = None):
+        self.model, self.layout, self.parts, self.schedule = model, layout, parts, schedule
+        self.latents = latents                                  # token latents for relaxed verifiers
+        self.device = model_device(model)
+        self.last_position = model.max_seq_len - 1
+        self.group = 2 if sampling.guided else 1
+        self.targets_of = targets
+        self.timed = timing and self.device.type == "cuda"     # timing syncs only when asked
+        self.nfe, self.forward_time = 0, 0.0
+
+    # --- model access -----------------------------------------------------------------------
+
+    def forward(self, fl: Flight, block: Block, cache) -> torch.Tensor:
+        """One forward of the batch's block; a guided sequence runs as a (cond, uncond) row pair.
+        Slots past the image end (slack whose outputs are discarded) get the last position the model
+        takes instead of one beyond its context (the contract: jacobigen.core.contract.ImageModel)."""
+        tokens, node_pos = per_model_row(block.tokens, self.group), per_model_row(block.node_pos, self.group)
+        positions = (fl.base[:, None] + node_pos).clamp(max=self.last_position)
+        return self._run_model(tokens, positions, block.mask, cache, fl.base)
+
+    def _run_model(self, tokens, positions, mask, cache, prompt_len: torch.Tensor) -> torch.Tensor:
+        """One forward; ``prompt_len`` [R]: each model row's prompt length, for a model that needs it."""
+        if self.timed:
+            sync(self.device)
+        t0 = time.perf_counter()
+        logits = self.model(tokens, positions, mask, cache, **prompt_lengths(self.model, prompt_len))
+        if self.timed:
+            sync(self.device)
+        self.forward_time += time.perf_counter() - t0
+        self.nfe += 1
+        return logits
+
+    @property
+    def measured_forward_time(self) -> float | None:
+        """Seconds in the model forward; None on an accelerator unless ``timing`` synced it."""
+        return self.forward_time if self.timed or self.device.type == "cpu" else None
+
+    def prefill(self, prefixes: list[list[int]], cache, seeds: torch.Tensor) -> torch.Tensor:
+        """One forward over all prompts (model rows, right-padded) into ``cache``; returns the first
+        generated token of each sequence, drawn as it would be alone."""
+        base = torch.tensor([len(p) for p in prefixes], device=self.device)
+        width = max(len(p) for p in prefixes)
+        rows = torch.zeros(len(prefixes), width, dtype=torch.int64)
+        for r, pre in enumerate(prefixes):
+            rows[r, :len(pre)] = torch.tensor(pre)
+        rows = rows.to(self.device)
+        positions = torch.arange(width, device=self.device).expand_as(rows)
+        mask = block_mask(cache.lengths, cache.capacity, prefix_structure(base, width))
+        logits = self._run_model(rows, positions, mask, cache, base)
+        last = logits[torch.arange(len(prefixes), device=self.device), base - 1][:, None]
+        if bool((last.isnan() | last.isposinf()).any()):   # -inf is how adapters rule ids out; one read per admission
+            raise WeightsError(f"the model ({getattr(self.model, 'name', type(self.model).__name__)}) returned "
+                               f"NaN or +inf logits for a prompt: its weights are probably corrupted")
+        cache.commit(None, base)
+        zero = torch.zeros(seeds.shape[0], 1, dtype=torch.int64, device=self.device)
+        p0 = self.targets_of(last, zero)[:, 0]
+        return Draws(seeds, torch.zeros_like(seeds)).sample(p0, zero[:, 0], Stream.SAMPLE)
+
+    # --- the step ---------------------------------------------------------------------------
+
+    def step(self, fl: Flight, cache, running: torch.Tensor) -> torch.Tensor:
+        """Draft, forward once, verify, commit. ``running`` [B]: rows not finished.
+        Returns the tokens each row committed [B]; the schedule's ``tally`` then holds the nodes
+        each row evaluated and the tokens it committed from off-spine tree nodes [B]."""
+        sched, parts = self.schedule, self.parts
+        slots = sched.slots(fl)
+        drafting = fl.draws            # drafts come from the last forward, under its iteration
+        if slots.positions.shape[1]:
+            tokens, q = parts.drafter.draft(slots, drafting)
+        else:
+            tokens, q = slots.old_tokens, slots.old_q
+        seg = sched.segments(fl, slots, tokens, q)
+        seg.drafting = drafting.repeat(seg.per_row)
+        fl.iteration = fl.iteration + running
+        seg.draws = fl.draws.repeat(seg.per_row)
+        block = sched.block(fl, seg, cache)
+        p, support = self.targets_of.with_support(self.forward(fl, block, cache), block.node_pos + 1)
+        k, nxt, path = parts.verifier.verify(p.view(-1, seg.size, p.shape[-1]), seg.window, block.m,
+                                             block.depth_pos, seg.draws)
+        return sched.commit(fl, seg, block, p, support, k, nxt, path, cache)

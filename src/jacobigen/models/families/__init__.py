@@ -1,0 +1,57 @@
+"""Real model families behind the decoders' model interface (``--model FAMILY:PATH``).
+
+Each module supplies an adapter (our forward over a block with explicit positions, a 4-D additive
+float mask and our KV cache: the contract of :class:`jacobigen.core.contract.ImageModel`) and a Pipeline
+(prompt format, CFG convention, layout, VQ decoding, the paper's sampling defaults). Its ``load(path,
+device, ...)`` takes the model options it supports as keyword arguments. Transformers is imported only
+when a family is loaded.
+"""
+
+from __future__ import annotations
+
+import inspect
+from importlib import import_module
+
+from ...core.errors import ConfigError
+
+FAMILIES = {"chameleon": "chameleon", "lumina-mgpt": "chameleon", "lumina": "chameleon", "anole": "anole",
+            "cosmos": "cosmos",
+            "janus": "janus", "janus-pro": "janus", "emu3": "emu3", "llamagen": "llamagen"}
+OPTIONS = {"size": "image side in pixels"}
+
+
+def load_family(family: str, path: str, device: str | None = None, trust_checkpoint: bool = False):
+    """Pipeline for a checkpoint of one family; weights are never downloaded.
+    ``device`` None: the GPU when there is one. ``path`` may end in ``?size=512`` (image side in
+    pixels, for the families whose resolution is a choice or not stored: chameleon, emu3, llamagen).
+    ``trust_checkpoint`` lets pickled checkpoints that hold Python objects load (they can run code)."""
+    from ...core.contract import default_device
+
+    name = FAMILIES.get(family.lower())
+    if name is None:
+        raise ConfigError(f"unknown model family {family!r}: use one of {', '.join(sorted(FAMILIES))}")
+    path, _, query = path.partition("?")
+    if not path:
+        raise ConfigError(f"--model {family}:PATH needs the checkpoint directory after the colon")
+    try:
+        import transformers  # noqa: F401
+    except ImportError:
+        raise ConfigError('real model families need transformers: pip install -e ".[families]"') from None
+    load = import_module(f".{name}", __name__).load
+    options = model_options(family, query, inspect.signature(load).parameters)
+    if "trust_checkpoint" in inspect.signature(load).parameters:   # families that unpickle anything
+        options["trust_checkpoint"] = trust_checkpoint
+    return load(path, device or default_device(), **options)
+
+
+def model_options(family: str, query: str, accepted) -> dict:
+    """``size=768&...`` -> keyword options, each one the family's ``load`` takes."""
+    options = {}
+    for pair in filter(None, query.split("&")):
+        key, _, value = pair.partition("=")
+        if key not in OPTIONS or not value.isdigit():
+            raise ConfigError(f"unknown model option {pair!r} (supported: size=PIXELS)")
+        if key not in accepted:
+            raise ConfigError(f"{family} takes no {key} option: its checkpoint fixes the {OPTIONS[key]}")
+        options[key] = int(value)
+    return options

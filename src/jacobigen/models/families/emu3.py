@@ -1,0 +1,82 @@
+"""Emu3 (Emu3-Gen) through transformers' Emu3 classes.
+
+Image format (transformers ``Emu3Processor`` / BAAI Emu3): the prompt ends with
+``<|image start|>{h}*{w}<|image token|>``; then h rows of w ``<|visual token NNNNNN|>`` ids, each row
+followed by ``<|extra_200|>`` (EOL); then ``<|extra_201|>`` (EOF), ``<|image end|>`` and EOS. We generate
+through EOF (our layout's end token); the tokens after it carry no choice.
+
+CFG follows the official Emu3-Gen example: the unconditional row is the negative prompt in the same
+template, header included, and the positive prompt gets Emu3's quality suffix.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from ...core.layout import ImageLayout
+from ..bundle import ModelBundle, rows_encoder
+from .base import HFAdapter, contiguous_range, load_hf, load_tokenizer, require_dir, to_pil, token_id
+
+POSITIVE = " masterpiece, film grained, best quality."
+NEGATIVE = ("lowres, bad anatomy, bad hands, text, error, missing fingers, extra digit, fewer digits, "
+            "cropped, worst quality, low quality, normal quality, jpeg artifacts, signature, watermark, "
+            "username, blurry.")
+NAMES = {"boi": "<|image start|>", "wrapper": "<|image token|>", "eol": "<|extra_200|>",
+         "eof": "<|extra_201|>"}
+DEFAULTS = {"cfg": 3.0, "top_k": 2048, "temperature": 1.0}
+
+
+def emu3_adapter(hf) -> HFAdapter:
+    """``hf``: an Emu3ForConditionalGeneration; the text model is the decoder stack."""
+    tm = hf.model.text_model
+    tc = hf.config.text_config
+    return HFAdapter(hf, tm, tm.embed_tokens, hf.lm_head, tc, tc.vocab_size, tc.max_position_embeddings)
+
+
+def emu3_pipeline(hf, tokenizer, side: int = 90, image_processor=None, quality_suffix: bool = True) -> ModelBundle:
+    """Square ``side`` x ``side`` token grid (90 -> 720 px, Emu3-Gen's default image area)."""
+    mapping = hf.model.vocabulary_mapping
+    lo, hi = contiguous_range(mapping.image_tokens, "Emu3")
+    ids = {k: token_id(tokenizer, getattr(tokenizer, f"{k}_token", None) or name) for k, name in NAMES.items()}
+    layout = ImageLayout(side, side, (lo, hi), eol_id=ids["eol"], end_id=ids["eof"])
+    bos = tokenizer.bos_token or ""
+    header = f"{NAMES['boi']}{side}*{side}{NAMES['wrapper']}"
+    lut = mapping.bpe2img_mapping_tensor.long()
+
+    def tokens(text: str) -> list[int]:
+        return list(tokenizer(bos + text + header, add_special_tokens=False)["input_ids"])
+
+    def encode(text: str) -> list[int]:
+        return tokens(text + (POSITIVE if quality_suffix else ""))
+
+    def decode(grids: torch.Tensor, _=None):
+        vq = hf.model.vqmodel
+        codes = lut[grids.cpu()].to(next(vq.parameters()).device)
+        with torch.inference_mode():
+            pixels = vq.decode(codes)
+        if image_processor is None:
+            return to_pil(pixels)
+        mean = torch.tensor(image_processor.image_mean, device=pixels.device)[:, None, None]
+        std = torch.tensor(image_processor.image_std, device=pixels.device)[:, None, None]
+        return to_pil(pixels.float() * std + mean, value_range=(0.0, 1.0))   # Emu3's postprocess
+
+    return ModelBundle("emu3", emu3_adapter(hf), layout, rows_encoder(encode, tokens(NEGATIVE)), decode,
+                       dict(DEFAULTS))
+
+
+def load(path: str | Path, device: str = "cpu", size: int = 720) -> ModelBundle:
+    """``size``: image side in pixels (the VQ downsamples by 8; 720 is Emu3-Gen's default area)."""
+    from transformers import Emu3ForConditionalGeneration
+
+    path = require_dir(path, "Emu3")
+    hf = load_hf(Emu3ForConditionalGeneration, path, "Emu3", device)
+    tok = load_tokenizer(path, "Emu3")
+    try:
+        from transformers import AutoImageProcessor
+
+        ip = AutoImageProcessor.from_pretrained(str(path), local_files_only=True)
+    except Exception:   # no preprocessor_config.json: decode assumes pixels in [-1, 1]
+        ip = None
+    return emu3_pipeline(hf, tok, size // 8, ip)

@@ -1,0 +1,86 @@
+"""Janus / Janus-Pro image generation through transformers' Janus classes.
+
+In image mode Janus does not use its text head: image tokens are embedded by ``generation_embeddings``
++ ``generation_aligner`` and scored by ``generation_head`` over the VQ codebook only. Our interface has
+one id space, so the adapter uses ``[0, n_text)`` for text ids and ``[n_text, n_text + codes)`` for
+image codes; the logits of text ids are -inf (the layout's allowed range masks them anyway).
+There is no EOL or end token: the grid is ``sqrt(num_image_tokens)`` square, raster order.
+
+CFG follows Janus (and ``JanusForConditionalGeneration.generate``): the unconditional prompt is the
+prompt itself with every token but BOS and the image-start token replaced by the pad token, so it
+depends on the prompt.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import torch
+
+from ...core.layout import ImageLayout
+from ..bundle import ModelBundle, rows_encoder
+from .base import HFAdapter, load_hf, load_tokenizer, require_dir, to_pil, token_id
+
+PROMPT = "<|User|>: {text}\n\n<|Assistant|>:"
+IMAGE_START = "<begin_of_image>"
+DEFAULTS = {"cfg": 5.0, "temperature": 1.0}
+
+
+def janus_adapter(hf) -> HFAdapter:
+    """``hf``: a JanusForConditionalGeneration; ids >= text vocab are image codes."""
+    m = hf.model
+    n_text = hf.config.text_config.vocab_size
+    codes = m.vqmodel.config.num_embeddings
+
+    def embed(tokens):
+        is_image = (tokens >= n_text)[..., None]
+        text = m.language_model.embed_tokens(tokens.clamp(max=n_text - 1))
+        image = hf.prepare_embeddings_for_image_generation((tokens - n_text).clamp(0, codes - 1))
+        return torch.where(is_image, image.to(text.dtype), text)
+
+    def head(hidden):
+        logits = m.generation_head(hidden)
+        pad = logits.new_full((*logits.shape[:-1], n_text), float("-inf"))
+        return torch.cat([pad, logits], dim=-1)
+
+    return HFAdapter(hf, m.language_model, embed, head, hf.config.text_config, n_text + codes,
+                     hf.config.text_config.max_position_embeddings)
+
+
+def janus_pipeline(hf, tokenizer) -> ModelBundle:
+    n_text = hf.config.text_config.vocab_size
+    codes = hf.model.vqmodel.config.num_embeddings
+    side = math.isqrt(hf.config.vision_config.num_image_tokens)
+    layout = ImageLayout(side, side, (n_text, n_text + codes))
+    gen_cfg = hf.generation_config
+    boi = (getattr(gen_cfg, "generation_kwargs", None) or {}).get("boi_token_id") or token_id(tokenizer, IMAGE_START)
+    pad = gen_cfg.pad_token_id if gen_cfg.pad_token_id is not None else tokenizer.pad_token_id
+    bos = tokenizer.bos_token_id
+
+    def encode(text: str) -> list[int]:
+        """Janus' chat template strips the message (``apply_sft_template_for_multi_turn_prompts``)."""
+        ids = list(tokenizer(PROMPT.format(text=text.strip()))["input_ids"])
+        if bos is not None and (not ids or ids[0] != bos):
+            ids = [bos] + ids
+        return ids + [boi]
+
+    def uncond_for(text: str) -> list[int]:
+        ids = encode(text)
+        return [ids[0]] + [pad] * (len(ids) - 2) + [ids[-1]]
+
+    def decode(grids: torch.Tensor, _=None):
+        vq = hf.model.vqmodel
+        codes_ = (grids - n_text).flatten(1).to(next(vq.parameters()).device)
+        with torch.inference_mode():
+            return to_pil(vq.decode(codes_))
+
+    return ModelBundle("janus", janus_adapter(hf), layout, rows_encoder(encode, uncond_for), decode, dict(DEFAULTS))
+
+
+def load(path: str | Path, device: str = "cpu") -> ModelBundle:
+    from transformers import JanusForConditionalGeneration
+
+    path = require_dir(path, "Janus")
+    hf = load_hf(JanusForConditionalGeneration, path, "Janus", device)
+    return janus_pipeline(hf, load_tokenizer(path, "Janus"))

@@ -1,0 +1,220 @@
+"""Our own models as :class:`~jacobigen.models.bundle.ModelBundle` s (the shipped emoji models, the random
+ones), and ``--model`` strings resolved to a bundle (families: :mod:`jacobigen.models.families`)."""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+from PIL import Image
+
+from ..core.contract import default_device
+from ..core.errors import ConfigError, WeightsError
+from ..core.layout import ImageLayout, VideoLayout
+from . import embedded as E
+from .bundle import ModelBundle, palette_decode, rows_encoder
+from .transformer import Transformer, TransformerConfig, load_transformer
+
+WEIGHTS = Path(__file__).parents[1] / "weights"   # jacobigen/weights: package data
+VIDEO_PROMPTS = ["red heart bouncing", "sun spinning clockwise", "grinning face moving right", "red apple zooming in"]
+EMBEDDED_PROMPTS = ["red heart", "grinning face", "red apple", "blue car", "sun", "green tree",
+                    "yellow star", "pizza"]
+PROMPT_BYTES = 48     # the random model's prompt bytes, as the byte-caption emoji model's
+
+
+def emoji_export(weights: Path, device: str, what: str, extra_ids: int = 0):
+    """(VQ, transformer, caption reader) of an emoji model folder, checked to belong together: the
+    transformer's ids are its captions' plus ``extra_ids`` (end-of-frame for clips)."""
+    from .vq import VQModel
+
+    weights = Path(weights)
+    if not (weights / "ar.safetensors").is_file():
+        raise WeightsError(f"{weights} holds no ar.safetensors: give a folder with {what}'s ar.safetensors (and "
+                           f"its words.json for word captions: a training export)")
+    vq = VQModel.load(own_or_shipped(weights, "vq.safetensors"), device=device)
+    model = load_transformer(weights / "ar.safetensors", device=device)
+    captions = E.captions_for(weights)
+    if model.vocab_size != captions.vocab_size + extra_ids:
+        reader = "words.json" if isinstance(captions, E.WordCaptions) else "bytes, no words.json"
+        raise WeightsError(f"{weights}: ar.safetensors has {model.vocab_size} token ids but its captions ({reader}) "
+                           f"take {captions.vocab_size}{f' plus {extra_ids}' if extra_ids else ''}; keep the files "
+                           f"of one training export together")
+    return vq, model, captions
+
+
+def vq_pictures(vq, grids: torch.Tensor) -> list[Image.Image]:
+    pixels = (vq.decode(grids) * 255).round().byte().permute(0, 2, 3, 1).cpu().numpy()
+    return [Image.fromarray(p) for p in pixels]
+
+
+def embedded_pipeline(weights: Path = WEIGHTS, device: str = "cpu") -> ModelBundle:
+    """The emoji model that ships in the package: VQ tokenizer + text-conditioned AR transformer.
+    ``weights`` is a folder with ``ar.safetensors`` (and ``words.json`` for word captions); the VQ
+    and the held-out reference come from it when it has them, else from the package."""
+    vq, model, captions = emoji_export(weights, device, "an emoji model")
+    layout = ImageLayout(E.GRID, E.GRID, (0, E.CODEBOOK_SIZE), eol_id=E.EOL, end_id=E.EOI)
+    return ModelBundle("emoji", model, layout, rows_encoder(captions.tokens, E.unconditional_tokens()),
+                       lambda grids, _=None: vq_pictures(vq, grids), defaults=dict(E.SAMPLING),
+                       example_prompts=EMBEDDED_PROMPTS,
+                       reference=lambda: heldout_reference(own_or_shipped(Path(weights), "heldout.json").parent),
+                       prompt_note=captions.note, latents=vq.quantizer.codes().detach())
+
+
+def video_pipeline(weights: Path = WEIGHTS / "video", device: str = "cpu") -> ModelBundle:
+    """The animated-emoji model: the image model's VQ decodes each frame; its captions are read like
+    the image model's; end-of-frame is the first id after the captions'. Clips hold up to as many
+    frames as the model's positions were trained for."""
+    vq, model, captions = emoji_export(weights, device, "an animated-emoji model (training/train_video.py)", 1)
+    frames = E.clip_frames(captions, model.max_seq_len)
+    layout = VideoLayout(E.GRID, E.GRID, (0, E.CODEBOOK_SIZE), eol_id=E.EOL, end_id=E.EOI, frames=frames,
+                         eof_id=captions.vocab_size)
+
+    def decode(clips: torch.Tensor, _=None) -> list[list[Image.Image]]:
+        pictures = vq_pictures(vq, clips.flatten(0, 1))
+        return [pictures[i:i + clips.shape[1]] for i in range(0, len(pictures), clips.shape[1])]
+
+    return ModelBundle("emoji-video", model, layout, rows_encoder(captions.tokens, E.unconditional_tokens()),
+                       decode, defaults=dict(E.SAMPLING), example_prompts=VIDEO_PROMPTS, prompt_note=captions.note,
+                       max_frames=frames, latents=vq.quantizer.codes().detach())
+
+
+def random_pipeline(seed: int = 0, rows: int = 16, cols: int = 16, codes: int = 1024, device: str = "cpu"
+                    ) -> ModelBundle:
+    """A random-weight model with a realistic layout: for trying the tools, not for pictures."""
+    eol, boi, bos = codes, codes + 1, codes + 2
+    layout = ImageLayout(rows, cols, (0, codes), eol_id=eol, header=(boi,))
+    model, encode = _random_model(seed, layout, codes + 3, bos, layout.length, device)
+    return ModelBundle("random", model, layout, rows_encoder(encode, [bos]),
+                       lambda g, _=None: palette_decode(g, layout.image_ids),
+                       note="random weights: images are noise, for trying the tools; --model default draws emoji",
+                       prompt_note=functools.partial(E.byte_note, limit=PROMPT_BYTES))
+
+
+def random_video_pipeline(seed: int = 0, frames: int = 4, side: int = 8, codes: int = 1024, max_frames: int = 8,
+                          device: str = "cpu") -> ModelBundle:
+    """A random-weight clip model with every structural token (end of line, frame and clip): for
+    trying the video tools, not for pictures."""
+    eol, boi, bos, eof, end = range(codes, codes + 5)
+    layout = VideoLayout(side, side, (0, codes), eol_id=eol, end_id=end, header=(boi,), frames=frames, eof_id=eof)
+    longest = replace(layout, frames=max_frames).length
+    model, encode = _random_model(seed, layout, codes + 5, bos, longest, device)
+    return ModelBundle("random-video", model, layout, rows_encoder(encode, [bos]),
+                       lambda g, _=None: [palette_decode(clip, layout.image_ids) for clip in g],
+                       note="random weights: clips are noise, for trying the tools",
+                       prompt_note=functools.partial(E.byte_note, limit=PROMPT_BYTES), max_frames=max_frames)
+
+
+def _random_model(seed: int, layout: ImageLayout, byte_offset: int, bos: int, longest: int, device: str):
+    """(model, encode) of a random model: fan-in scaled weights give peaked, context-dependent
+    next-token laws; a prompt is BOS and its first UTF-8 bytes, each ``byte_offset + b``."""
+    torch.manual_seed(seed)
+    model = Transformer(TransformerConfig(vocab_size=byte_offset + 256, dim=128, n_layers=4, n_heads=4,
+                                          max_seq_len=64 + longest))
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() == 2:
+                p.normal_(0, p.shape[1] ** -0.5)
+        model.embed.weight.normal_(0, 1.0)
+
+    def encode(text: str) -> list[int]:
+        return [bos, *(byte_offset + b for b in text.encode()[:PROMPT_BYTES])]
+
+    return model.to(device).eval(), encode
+
+
+def own_or_shipped(weights: Path, name: str) -> Path:
+    return weights / name if (weights / name).is_file() else WEIGHTS / name
+
+
+def heldout_reference(weights: Path = WEIGHTS) -> tuple[list[str], list[Image.Image]]:
+    """Captions and 64x64 images of the held-out emoji shipped beside the weights (names never
+    seen in training, in a fixed shuffled order; ``training/make_heldout_reference.py``)."""
+    meta = json.loads((Path(weights) / "heldout.json").read_text())
+    sheet = Image.open(Path(weights) / "heldout.png").convert("RGB")
+    t, cols = meta["tile"], meta["columns"]
+    boxes = [(j % cols * t, j // cols * t, j % cols * t + t, j // cols * t + t) for j in range(meta["count"])]
+    return meta["captions"], [sheet.crop(box) for box in boxes]
+
+
+def resolve_device(device: str | None) -> str:
+    """``device`` checked against this machine (the same error for every model); None: CUDA when
+    available, else the CPU."""
+    if device is None:
+        return default_device()
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise ConfigError(f"--device {device!r} is not a device: use cpu, cuda, cuda:N or mps") from None
+    if dev.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            why = "built without CUDA" if torch.version.cuda is None else "no GPU"
+            raise ConfigError(f"--device {device}: CUDA is not available on this machine (torch "
+                              f"{torch.__version__}, {why}); use --device cpu")
+        if (dev.index or 0) >= count:
+            raise ConfigError(f"--device {device}: this machine has {count} CUDA device(s), cuda:0..cuda:{count - 1}")
+    elif dev.type == "mps" and not torch.backends.mps.is_available():
+        raise ConfigError(f"--device {device}: MPS is not available on this machine; use --device cpu")
+    elif dev.type not in ("cpu", "cuda", "mps"):
+        raise ConfigError(f"--device {device}: only cpu, cuda and mps devices are supported")
+    return device
+
+
+@functools.lru_cache(maxsize=4)
+def weights_id(spec: str) -> str:
+    """What job records name a model's weights by: a hash of the shipped files, the seed of the
+    random model, or the checkpoint a family spec points at."""
+    if spec in ("default", "emoji"):
+        digest = hashlib.sha256()
+        for name in ("ar.safetensors", "vq.safetensors", "words.json"):
+            if (WEIGHTS / name).is_file():   # words.json: only beside a word-caption model
+                digest.update((WEIGHTS / name).read_bytes())
+        return f"sha256:{digest.hexdigest()[:16]}"
+    if spec in ("random", "random-video"):
+        return f"{spec}:seed=0"
+    return spec
+
+
+@functools.lru_cache(maxsize=4)
+def weights_provenance(spec: str) -> dict[str, str] | str:
+    """What a benchmark records as the weights it ran: for the shipped model the sha256 of each
+    weights file, else :func:`weights_id` (the random model's seed, or the spec of a checkpoint)."""
+    if spec in ("default", "emoji"):
+        return {f.name: hashlib.sha256(f.read_bytes()).hexdigest() for f in sorted(WEIGHTS.glob("*.safetensors"))}
+    return weights_id(spec)
+
+
+def load_pipeline(spec: str = "default", device: str | None = None, trust_checkpoint: bool = False) -> ModelBundle:
+    """``default``/``emoji`` (shipped), ``emoji:DIR`` (an emoji model export: ar.safetensors and its
+    words.json), ``random``, ``random-video`` (a clip model), or ``FAMILY:PATH`` for a real model family.
+    ``device=None`` picks CUDA when available; an unavailable device is a :class:`ConfigError`.
+    ``trust_checkpoint`` lets a family read pickled checkpoints that hold Python objects
+    (unpickling them can run code)."""
+    device = resolve_device(device)
+    if spec == "random":
+        return random_pipeline(device=device)
+    if spec == "random-video":
+        return random_video_pipeline(device=device)
+    if spec == "emoji-video":
+        if not (WEIGHTS / "video" / "ar.safetensors").is_file():
+            raise ConfigError("the embedded animated-emoji model is not trained yet (issue 16): use --model "
+                              "random-video to try the video tools, emoji-video:DIR for a training/train_video.py "
+                              "export, or cosmos:DIR for Cosmos-1.0-Autoregressive weights")
+        return video_pipeline(device=device)
+    if spec in ("default", "emoji"):
+        return embedded_pipeline(device=device)
+    family, _, path = spec.partition(":")
+    if family == "emoji" and path:
+        return embedded_pipeline(Path(path), device=device)
+    if family == "emoji-video" and path:
+        return video_pipeline(Path(path), device=device)
+    from .families import FAMILIES, load_family
+
+    if family.lower() in FAMILIES and path:
+        return load_family(family, path, device, trust_checkpoint)
+    raise ConfigError(f"unknown model {spec!r}: use 'default', 'emoji:DIR', 'random', 'random-video' or "
+                      f"FAMILY:PATH with FAMILY one of {', '.join(sorted(FAMILIES))}")

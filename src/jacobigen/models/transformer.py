@@ -1,0 +1,177 @@
+"""Our Llama-style decoder (RoPE, RMSNorm, SwiGLU, SDPA) behind the decoders' model interface.
+
+The interface every model family implements (docs/DESIGN.md §5, written down with its cache rule
+as :class:`jacobigen.core.contract.ImageModel`) is one call::
+
+    logits = model(tokens [R, T], positions [R, T], mask [R, 1, T, C], cache)
+
+where ``mask`` is an additive float mask over all ``C`` cache slots and ``cache`` is a
+:class:`~jacobigen.core.cache.KVCache` made by ``model.new_cache(rows, capacity)``. Without a cache the
+call is plain causal attention, which is what training uses.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..core.cache import KVCache
+from ..core.errors import WeightsError
+
+
+@dataclass(frozen=True)
+class TransformerConfig:
+    vocab_size: int
+    dim: int = 256
+    n_layers: int = 6
+    n_heads: int = 8
+    ffn_dim: int | None = None
+    max_seq_len: int = 512
+    rope_theta: float = 10000.0
+    norm_eps: float = 1e-5
+
+    @property
+    def head_dim(self) -> int:
+        return self.dim // self.n_heads
+
+    @property
+    def hidden_dim(self) -> int:
+        # SwiGLU with the Llama sizing rule, rounded up to a multiple of 32.
+        return self.ffn_dim or -(-int(8 * self.dim / 3) // 32) * 32
+
+
+def rope_angles(positions: torch.Tensor, head_dim: int, theta: float, dtype: torch.dtype):
+    """cos/sin tables [R, 1, T, head_dim/2] for integer positions [R, T], shared by all layers."""
+    half = head_dim // 2
+    inv_freq = theta ** (-torch.arange(half, device=positions.device, dtype=torch.float32) / half)
+    angles = positions[:, None, :, None].to(torch.float32) * inv_freq
+    return angles.cos().to(dtype), angles.sin().to(dtype)
+
+
+def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Apply rotary embeddings to x [R, H, T, D] (rotate-half convention)."""
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: TransformerConfig, layer: int):
+        super().__init__()
+        self.cfg, self.layer = cfg, layer
+        self.qkv = nn.Linear(cfg.dim, 3 * cfg.dim, bias=False)
+        self.out = nn.Linear(cfg.dim, cfg.dim, bias=False)
+
+    def forward(self, x, rope, mask, cache):
+        r, t, _ = x.shape
+        q, k, v = self.qkv(x).view(r, t, 3, self.cfg.n_heads, self.cfg.head_dim).permute(2, 0, 3, 1, 4)
+        q, k = rotate(q, *rope), rotate(k, *rope)
+        if cache is not None:
+            k, v = cache.update(self.layer, k, v)
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None and cache is None)
+        return self.out(y.transpose(1, 2).reshape(r, t, -1))
+
+
+class FeedForward(nn.Module):
+    def __init__(self, cfg: TransformerConfig):
+        super().__init__()
+        self.gate_up = nn.Linear(cfg.dim, 2 * cfg.hidden_dim, bias=False)
+        self.down = nn.Linear(cfg.hidden_dim, cfg.dim, bias=False)
+
+    def forward(self, x):
+        gate, up = self.gate_up(x).chunk(2, dim=-1)
+        return self.down(F.silu(gate) * up)
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: TransformerConfig, layer: int):
+        super().__init__()
+        self.attn_norm = nn.RMSNorm(cfg.dim, eps=cfg.norm_eps)
+        self.attn = Attention(cfg, layer)
+        self.ffn_norm = nn.RMSNorm(cfg.dim, eps=cfg.norm_eps)
+        self.ffn = FeedForward(cfg)
+
+    def forward(self, x, rope, mask, cache):
+        x = x + self.attn(self.attn_norm(x), rope, mask, cache)
+        return x + self.ffn(self.ffn_norm(x))
+
+
+class Transformer(nn.Module):
+    def __init__(self, cfg: TransformerConfig):
+        super().__init__()
+        if cfg.dim % cfg.n_heads or cfg.head_dim % 2:
+            raise ValueError(f"dim {cfg.dim} must split into {cfg.n_heads} heads of even size")
+        self.config = cfg
+        self.embed = nn.Embedding(cfg.vocab_size, cfg.dim)
+        self.layers = nn.ModuleList(Block(cfg, i) for i in range(cfg.n_layers))
+        self.norm = nn.RMSNorm(cfg.dim, eps=cfg.norm_eps)
+        self.head = nn.Linear(cfg.dim, cfg.vocab_size, bias=False)
+        self.apply(self._init)
+
+    @staticmethod
+    def _init(m: nn.Module) -> None:
+        if isinstance(m, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(m.weight, std=0.02)
+
+    @property
+    def vocab_size(self) -> int:
+        return self.config.vocab_size
+
+    @property
+    def max_seq_len(self) -> int:
+        return self.config.max_seq_len
+
+    def new_cache(self, rows: int, capacity: int) -> KVCache:
+        p = self.head.weight
+        return KVCache(self.config.n_layers, rows, self.config.n_heads, capacity, self.config.head_dim,
+                       dtype=p.dtype, device=p.device)
+
+    def forward(self, tokens: torch.Tensor, positions: torch.Tensor | None = None,
+                mask: torch.Tensor | None = None, cache: KVCache | None = None) -> torch.Tensor:
+        if positions is None:
+            positions = torch.arange(tokens.shape[1], device=tokens.device).expand_as(tokens)
+        x = self.embed(tokens)
+        rope = rope_angles(positions, self.config.head_dim, self.config.rope_theta, x.dtype)
+        if mask is not None:
+            mask = mask.to(x.dtype)
+        for layer in self.layers:
+            x = layer(x, rope, mask, cache)
+        return self.head(self.norm(x)).float()
+
+
+def save_transformer(model: Transformer, path: str | Path, dtype: torch.dtype = torch.float16) -> None:
+    from safetensors.torch import save_file
+
+    state = {k: v.detach().to(dtype).contiguous() for k, v in model.state_dict().items()}
+    save_file(state, str(path), metadata={"config": json.dumps(asdict(model.config))})
+
+
+def check_finite(state: dict, path) -> None:
+    """Weights that parse but hold NaN/inf give NaN logits and garbage samples: refuse them at load."""
+    bad = [k for k, v in state.items() if v.is_floating_point() and not bool(torch.isfinite(v).all())]
+    if bad:
+        raise WeightsError(f"weights in {path} hold NaN or infinite values ({', '.join(bad[:3])}"
+                           f"{', ...' if len(bad) > 3 else ''}): the file is corrupted")
+
+
+def load_transformer(path: str | Path, dtype: torch.dtype = torch.float32,
+                     device: str | torch.device = "cpu") -> Transformer:
+    from safetensors import safe_open
+
+    path = Path(path)
+    if not path.is_file():
+        raise WeightsError(f"model weights not found: {path}")
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            cfg = TransformerConfig(**json.loads(f.metadata()["config"]))
+            state = {k: f.get_tensor(k) for k in f.keys()}
+        model = Transformer(cfg)
+        model.load_state_dict(state)
+    except Exception as e:  # any parse or shape failure means the file is not what it claims
+        raise WeightsError(f"cannot load model weights from {path}: {e}") from e
+    check_finite(state, path)
+    return model.to(device=device, dtype=dtype).eval()

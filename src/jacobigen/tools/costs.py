@@ -1,0 +1,67 @@
+"""What a forward pass costs on this device, and the window that makes a method fastest here.
+
+On 2 CPU cores a 32-token forward costs a few single-token forwards; on a GPU about one. So the
+window that maximises tokens per second differs per device and per method: the method decides how
+many tokens an iteration commits, the device what a block of that size costs.
+"""
+
+from __future__ import annotations
+
+import itertools
+import statistics
+import time
+
+import torch
+
+from ..core.contract import model_device
+from ..core.masks import block_mask, causal
+from ..decode.engine import sync
+
+
+def forward_cost_curve(model, sizes: list[int], context: int = 64, reps: int = 5, rows: int = 1) -> dict[int, float]:
+    """Median seconds of one forward over a block of each size after ``context`` cached tokens, for
+    ``rows`` model rows (2 for a guided sequence: its cond/uncond pair)."""
+    device = model_device(model)
+    curve = {}
+    for size in sizes:
+        times = []
+        for _ in range(reps + 1):  # the first rep warms up
+            cache = model.new_cache(rows, context + size)
+            cache.lengths += context
+            tokens = torch.zeros(rows, size, dtype=torch.int64, device=device)
+            positions = torch.arange(context, context + size, device=device).expand(rows, -1)
+            mask = block_mask(cache.lengths, cache.capacity, causal(size, device))
+            sync(device)
+            t0 = time.perf_counter()
+            with torch.inference_mode():
+                model(tokens, positions, mask, cache)
+            sync(device)
+            times.append(time.perf_counter() - t0)
+        curve[size] = statistics.median(times[1:])
+    return curve
+
+
+def interpolate(curve: dict[int, float], size: int) -> float:
+    """Piecewise-linear cost of a block size from the measured curve (linear beyond its ends)."""
+    xs = sorted(curve)
+    if size <= xs[0]:
+        return curve[xs[0]]
+    for a, b in itertools.pairwise(xs):
+        if size <= b:
+            return curve[a] + (curve[b] - curve[a]) * (size - a) / (b - a)
+    a, b = xs[-2], xs[-1]
+    return curve[b] + (curve[b] - curve[a]) * (size - b) / (b - a)
+
+
+def block_size(parts, layout) -> int:
+    """Tokens in one forward of a method's window: the window (a tree is carved out of it), and for
+    PJD one segment per row in flight, each its window plus its tree's nodes (at most; rows near
+    the end of the image draft less)."""
+    if parts.layout2d is None:
+        return parts.window
+    extra = parts.tree.added(parts.window - 1)[1] if parts.tree else 0
+    return parts.layout2d.segments(layout.frames * layout.rows, layout.cols) * (parts.window + extra)
+
+
+def predicted_seconds_per_image(nfe: float, block: int, curve: dict[int, float]) -> float:
+    return nfe * interpolate(curve, block)
