@@ -20,7 +20,7 @@ class Draws:
             return self
         return Draws(self.seeds.repeat_interleave(n), self.iteration.repeat_interleave(n))
 
-    def uniform(self, positions: torch.Tensor, stream: int, *extra: int) -> torch.Tensor:
+    def uniform(self, positions: torch.Tensor, stream: torch.Tensor | int, *extra: torch.Tensor | int) -> torch.Tensor:
         """Uniforms shaped like ``positions`` [B, ...], independent across streams and extras."""
         shape = (-1,) + (1,) * (positions.dim() - 1)
         return rng.uniform(stream, self.seeds.view(shape), positions, self.iteration.view(shape), *extra)
@@ -37,5 +37,6 @@ class Draws:
         shape = (-1,) + (1,) * positions.dim()
         return rng.gumbel(rng.Stream.GUMBEL, self.seeds.view(shape), positions[..., None], ids)
 
-    def sample(self, probs: torch.Tensor, positions: torch.Tensor, stream: int, *extra: int) -> torch.Tensor:
+    def sample(self, probs: torch.Tensor, positions: torch.Tensor, stream: torch.Tensor | int,
+               *extra: torch.Tensor | int) -> torch.Tensor:
         return rng.categorical(probs, self.uniform(positions, stream, *extra).to(probs.device))

@@ -4,6 +4,7 @@ free choices."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import cast
 
 import torch
 
@@ -35,7 +36,7 @@ class ImageLayout:
                 raise ConfigError(f"{name}={tok} lies inside the image id range [{lo}, {hi})")
 
     frames = 1          # an image is a one-frame clip: the methods below serve both layouts
-    eof_id = None
+    eof_id = cast("int | None", None)     # a class attribute, not a field; VideoLayout's field may hold an id
 
     @property
     def row_length(self) -> int:
