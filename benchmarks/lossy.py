@@ -23,9 +23,16 @@ from jacobigen.tools.bench import FidReference, fid_cell, fid_note, md_table
 from jacobigen.tools.exactness import exact_distribution, layout, sample, tiny_model, tv_distance
 from jacobigen.tools.plots import plot_fid_vs_speed
 
-SETTINGS = [("sjd", {}), ("pjd", {"pjd_ratio": 0.25}), ("pjd", {"pjd_ratio": 0.5}),
-            ("pjd", {"pjd_ratio": 1.0}), ("pjd+scd-mc", {"pjd_ratio": 0.5}),
-            ("gsd", {}), ("lantern", {}), ("lantern+vp", {})]
+SETTINGS = [
+    ("sjd", {}),
+    ("pjd", {"pjd_ratio": 0.25}),
+    ("pjd", {"pjd_ratio": 0.5}),
+    ("pjd", {"pjd_ratio": 1.0}),
+    ("pjd+scd-mc", {"pjd_ratio": 0.5}),
+    ("gsd", {}),
+    ("lantern", {}),
+    ("lantern+vp", {}),
+]
 
 
 def main():
@@ -39,7 +46,7 @@ def main():
     args = ap.parse_args()
 
     pipe = load_pipeline(args.model)
-    prompts = (pipe.example_prompts * args.prompts)[:args.prompts]
+    prompts = (pipe.example_prompts * args.prompts)[: args.prompts]
     ar = sum(pipe.generate(p, method="ar", seed=i)[0].stats.nfe for i, p in enumerate(prompts))
 
     ref = FidReference.build(pipe, args.fid) if args.fid else None
@@ -49,33 +56,72 @@ def main():
 
     rows = []
     for name, opts in SETTINGS:
-        nfe = sum(pipe.generate(p, method=name, window=args.window, seed=i, **opts)[0].stats.nfe
-                  for i, p in enumerate(prompts))
+        nfe = sum(
+            pipe.generate(p, method=name, window=args.window, seed=i, **opts)[0].stats.nfe
+            for i, p in enumerate(prompts)
+        )
         parts = METHODS[name].build(4, **opts)
         tv = tv_distance(exact, sample(tiny, tiny_layout, plain, parts, args.samples))
-        rows.append({"method": name, "options": opts, "lossless": METHODS[name].lossless,
-                     "step_compression": ar / nfe, "tv_from_exact": tv})
+        rows.append(
+            {
+                "method": name,
+                "options": opts,
+                "lossless": METHODS[name].lossless,
+                "step_compression": ar / nfe,
+                "tv_from_exact": tv,
+            }
+        )
         if ref:
             rows[-1]["fid_vs_ar"], rows[-1]["fid_vs_data"] = ref.score(name, args.window, **opts)
-        print(f"{name:12s} {json.dumps(opts):22s} compression {ar / nfe:5.2f}x  TV {tv:.3f}"
-              + (f"  FID vs ar {rows[-1]['fid_vs_ar']:.1f}" if ref else ""), flush=True)
+        print(
+            f"{name:12s} {json.dumps(opts):22s} compression {ar / nfe:5.2f}x  TV {tv:.3f}"
+            + (f"  FID vs ar {rows[-1]['fid_vs_ar']:.1f}" if ref else ""),
+            flush=True,
+        )
 
     noise = tv_distance(exact, sample(tiny, tiny_layout, plain, METHODS["sjd"].build(4), args.samples, seed0=10**6))
     args.out.mkdir(parents=True, exist_ok=True)
-    result = {"model": pipe.name, "window": args.window, "prompts": prompts, "tv_noise_floor": noise,
-              "fid": fid, "rows": rows}
+    result = {
+        "model": pipe.name,
+        "window": args.window,
+        "prompts": prompts,
+        "tv_noise_floor": noise,
+        "fid": fid,
+        "rows": rows,
+    }
     (args.out / "lossy.json").write_text(json.dumps(result, indent=2))
     fid_cols = {"fid_vs_ar": "FID vs ar", "fid_vs_data": "FID vs data"} if fid else {}
-    table = md_table(["method", "options", "step compression", "TV from exact", *fid_cols.values()],
-                     [[r["method"], json.dumps(r["options"]), f"{r['step_compression']:.2f}x",
-                       f"{r['tv_from_exact']:.3f}", *(fid_cell(r[k]) for k in fid_cols)] for r in rows])
+    table = md_table(
+        ["method", "options", "step compression", "TV from exact", *fid_cols.values()],
+        [
+            [
+                r["method"],
+                json.dumps(r["options"]),
+                f"{r['step_compression']:.2f}x",
+                f"{r['tv_from_exact']:.3f}",
+                *(fid_cell(r[k]) for k in fid_cols),
+            ]
+            for r in rows
+        ],
+    )
     notes = f"\nTV noise floor (exact sampler, same sample size): {noise:.3f}\n" + (f"\n{fid_note(fid)}" if fid else "")
     (args.out / "lossy.md").write_text(table + notes)
     if fid:
-        points = [(" ".join([r["method"], *(f"{k}={v}" for k, v in r["options"].items())]), r["step_compression"],
-                   r["fid_vs_ar"], r["lossless"]) for r in rows]
-        plot_fid_vs_speed({"step compression vs ar": points}, fid["ar_vs_ar"],
-                          f"FID vs ar over {fid['images']} images per setting", args.out / "fid_vs_speed.png")
+        points = [
+            (
+                " ".join([r["method"], *(f"{k}={v}" for k, v in r["options"].items())]),
+                r["step_compression"],
+                r["fid_vs_ar"],
+                r["lossless"],
+            )
+            for r in rows
+        ]
+        plot_fid_vs_speed(
+            {"step compression vs ar": points},
+            fid["ar_vs_ar"],
+            f"FID vs ar over {fid['images']} images per setting",
+            args.out / "fid_vs_speed.png",
+        )
     print(table + notes)
 
 

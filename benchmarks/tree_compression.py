@@ -23,8 +23,10 @@ from jacobigen.models import load_pipeline
 from jacobigen.tools.bench import encode, unbuildable
 from jacobigen.tools.threads import choose_threads
 
-DEFAULT = ("scd-mc,sjd-pac,sjd-pac[tree_min_gain=0],sjd-pac[tree_budget=full],sjd-pac[tree_budget=6],"
-           "sjd-pac[tree_depth=4,tree_budget=full,window=113]")
+DEFAULT = (
+    "scd-mc,sjd-pac,sjd-pac[tree_min_gain=0],sjd-pac[tree_budget=full],sjd-pac[tree_budget=6],"
+    "sjd-pac[tree_depth=4,tree_budget=full,window=113]"
+)
 
 
 def main(argv=None) -> str:
@@ -39,26 +41,42 @@ def main(argv=None) -> str:
     args = ap.parse_args(argv)
     pipe = load_pipeline(args.model)
     choose_threads(pipe.model, None)
-    prompts = (pipe.example_prompts * args.prompts)[:args.prompts]
+    prompts = (pipe.example_prompts * args.prompts)[: args.prompts]
     windows = [int(w) for w in args.windows.split(",")]
-    jobs = [(v, w) for v in map(parse_variant, split_variants(args.methods))
-            for w in ([v.window] if v.window else windows)]
+    jobs = [
+        (v, w) for v in map(parse_variant, split_variants(args.methods)) for w in ([v.window] if v.window else windows)
+    ]
     jobs = [(v, w) for v, w in jobs if unbuildable(v, w) is None]
-    lines = [f"Step compression on the {pipe.name} model: {len(prompts)} prompts x {args.seeds} seeds per row "
-             f"(`python benchmarks/tree_compression.py`), AR takes {pipe.layout.length} forward passes per image.",
-             "", "| method | window | NFE/image (± s.e.) | step compression | sibling tokens/image |",
-             "|---|---|---|---|---|"]
+    lines = [
+        f"Step compression on the {pipe.name} model: {len(prompts)} prompts x {args.seeds} seeds per row "
+        f"(`python benchmarks/tree_compression.py`), AR takes {pipe.layout.length} forward passes per image.",
+        "",
+        "| method | window | NFE/image (± s.e.) | step compression | sibling tokens/image |",
+        "|---|---|---|---|---|",
+    ]
     for v, w in tqdm(jobs, desc="compression", unit="row"):
         nfe, siblings = [], 0
         for prompt in prompts:
             tokens, uncond = encode(pipe, prompt)
-            g = generate(pipe.model, tokens, layout=pipe.layout, uncond=uncond, method=v.method.name, window=w,
-                         seed=list(range(args.seeds)), batch_size=args.batch, **v.options, **pipe.defaults)
+            g = generate(
+                pipe.model,
+                tokens,
+                layout=pipe.layout,
+                uncond=uncond,
+                method=v.method.name,
+                window=w,
+                seed=list(range(args.seeds)),
+                batch_size=args.batch,
+                **v.options,
+                **pipe.defaults,
+            )
             nfe += g.stats.sequence_nfe
             siblings += sum(g.stats.sibling_tokens)
         mean, se = statistics.mean(nfe), statistics.stdev(nfe) / len(nfe) ** 0.5
-        lines.append(f"| {v.label} | {w} | {mean:.1f} ± {se:.1f} | {pipe.layout.length / mean:.2f}x | "
-                     f"{siblings / len(nfe):.1f} |")
+        lines.append(
+            f"| {v.label} | {w} | {mean:.1f} ± {se:.1f} | {pipe.layout.length / mean:.2f}x | "
+            f"{siblings / len(nfe):.1f} |"
+        )
     text = "\n".join(lines) + "\n"
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)

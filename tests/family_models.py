@@ -4,8 +4,28 @@ from __future__ import annotations
 
 import torch
 
-WORDS = ["a", "red", "cat", "on", "the", "mat", "dog", "Generate", "an", "image", "of", "according", "to",
-         "following", "prompt", ":", "User", "Assistant", "USER", "ASSISTANT"]
+WORDS = [
+    "a",
+    "red",
+    "cat",
+    "on",
+    "the",
+    "mat",
+    "dog",
+    "Generate",
+    "an",
+    "image",
+    "of",
+    "according",
+    "to",
+    "following",
+    "prompt",
+    ":",
+    "User",
+    "Assistant",
+    "USER",
+    "ASSISTANT",
+]
 
 
 def word_tokenizer(vocab: dict[str, int], specials: list[str], **named):
@@ -29,6 +49,7 @@ def _words(vocab: dict[str, int], start: int) -> int:
 
 # --- Chameleon / Lumina-mGPT ----------------------------------------------------------------------
 
+
 def chameleon(codes: int = 64, seed: int = 0, attn: str = "sdpa"):
     """A 2-layer Chameleon whose image ids 4..4+codes map to VQ codes in reverse order."""
     from transformers import ChameleonConfig, ChameleonForConditionalGeneration
@@ -46,12 +67,28 @@ def chameleon(codes: int = 64, seed: int = 0, attn: str = "sdpa"):
         nxt += 1
     nxt = _words(vocab, nxt)
     torch.manual_seed(seed)
-    cfg = ChameleonConfig(vocab_size=nxt, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
-                          vocabulary_map=dict(vocab), bos_token_id=1, eos_token_id=2, pad_token_id=0,
-                          vq_config=dict(embed_dim=8, num_embeddings=codes, latent_channels=8,
-                                         base_channels=32, channel_multiplier=[1, 1], num_res_blocks=1,
-                                         resolution=32))
+    cfg = ChameleonConfig(
+        vocab_size=nxt,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        vocabulary_map=dict(vocab),
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=0,
+        vq_config=dict(
+            embed_dim=8,
+            num_embeddings=codes,
+            latent_channels=8,
+            base_channels=32,
+            channel_multiplier=[1, 1],
+            num_res_blocks=1,
+            resolution=32,
+        ),
+    )
     cfg._attn_implementation = attn
     model = ChameleonForConditionalGeneration(cfg).eval()
     return model, word_tokenizer(vocab, specials, bos_token="<s>", eos_token="</s>", pad_token="<pad>")
@@ -61,12 +98,21 @@ def tiny_vq(codes: int, embed_dim: int = 8, l2_norm: bool = False, up_attention:
     from jacobigen.models.families.vq import VQDecoder
 
     torch.manual_seed(seed)
-    return VQDecoder(codes, embed_dim, z_channels=32, base_channels=32, channel_multiplier=(1, 1, 2),
-                     num_res_blocks=1, l2_norm=l2_norm, up_attention=up_attention).eval()
+    return VQDecoder(
+        codes,
+        embed_dim,
+        z_channels=32,
+        base_channels=32,
+        channel_multiplier=(1, 1, 2),
+        num_res_blocks=1,
+        l2_norm=l2_norm,
+        up_attention=up_attention,
+    ).eval()
 
 
-def hf_greedy(step, cond: list[int], uncond: list[int] | None, cfg: float, n: int, allowed, forced,
-              embed_next=None) -> list[int]:
+def hf_greedy(
+    step, cond: list[int], uncond: list[int] | None, cfg: float, n: int, allowed, forced, embed_next=None
+) -> list[int]:
     """Reference greedy decoding with the model's own DynamicCache: ``step(ids_or_embeds, cache)`` ->
     last logits; cond and uncond run as separate unpadded batches, combined like CFG."""
     from transformers import DynamicCache
@@ -86,6 +132,7 @@ def hf_greedy(step, cond: list[int], uncond: list[int] | None, cfg: float, n: in
 
 # --- Janus ----------------------------------------------------------------------------------------
 
+
 def janus(codes: int = 64, side: int = 4, seed: int = 0, attn: str = "sdpa"):
     """A 2-layer Janus whose image mode makes a side x side grid over ``codes`` VQ codes."""
     from transformers import JanusConfig, JanusForConditionalGeneration
@@ -100,18 +147,44 @@ def janus(codes: int = 64, side: int = 4, seed: int = 0, attn: str = "sdpa"):
     torch.manual_seed(seed)
     hidden = 64
     cfg = JanusConfig(
-        text_config=dict(model_type="llama", vocab_size=n, hidden_size=hidden, intermediate_size=128,
-                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                         max_position_embeddings=256, pad_token_id=0, bos_token_id=1, eos_token_id=2),
-        vision_config=dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, image_size=16 * side,
-                           patch_size=16, projection_dim=hidden, num_image_tokens=side * side, mlp_ratio=2.0),
-        vq_config=dict(embed_dim=8, num_embeddings=codes, latent_channels=32, base_channels=32,
-                       channel_multiplier=[1, 1], num_res_blocks=1, projection_dim=hidden,
-                       image_token_embed_dim=hidden),
-        image_token_id=vocab["<image_placeholder>"])
+        text_config=dict(
+            model_type="llama",
+            vocab_size=n,
+            hidden_size=hidden,
+            intermediate_size=128,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=256,
+            pad_token_id=0,
+            bos_token_id=1,
+            eos_token_id=2,
+        ),
+        vision_config=dict(
+            hidden_size=32,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            image_size=16 * side,
+            patch_size=16,
+            projection_dim=hidden,
+            num_image_tokens=side * side,
+            mlp_ratio=2.0,
+        ),
+        vq_config=dict(
+            embed_dim=8,
+            num_embeddings=codes,
+            latent_channels=32,
+            base_channels=32,
+            channel_multiplier=[1, 1],
+            num_res_blocks=1,
+            projection_dim=hidden,
+            image_token_embed_dim=hidden,
+        ),
+        image_token_id=vocab["<image_placeholder>"],
+    )
     cfg.text_config._attn_implementation = attn
     model = JanusForConditionalGeneration(cfg).eval()
-    with torch.no_grad():   # default init makes every image token the same: spread the heads out
+    with torch.no_grad():  # default init makes every image token the same: spread the heads out
         for p in [*model.model.generation_head.parameters(), *model.model.generation_embeddings.parameters()]:
             p.normal_(0, 0.5)
     model.generation_config.pad_token_id = 0
@@ -121,6 +194,7 @@ def janus(codes: int = 64, side: int = 4, seed: int = 0, attn: str = "sdpa"):
 
 
 # --- Emu3 -----------------------------------------------------------------------------------------
+
 
 def emu3(codes: int = 64, seed: int = 0, attn: str = "sdpa"):
     """A 2-layer Emu3 whose visual tokens are contiguous ids; tiny temporal VQ-VAE."""
@@ -141,13 +215,33 @@ def emu3(codes: int = 64, seed: int = 0, attn: str = "sdpa"):
         n = max(n, vocab[w] + 1)
     torch.manual_seed(seed)
     cfg = Emu3Config(
-        text_config=dict(vocab_size=n, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
-                         pad_token_id=0, bos_token_id=1, eos_token_id=2, attention_dropout=0.0),
-        vq_config=dict(codebook_size=codes, embed_dim=4, latent_channels=4, base_channels=32,
-                       channel_multiplier=[1, 2], num_res_blocks=1, attn_resolutions=[],
-                       hidden_size=64, num_attention_heads=1, temporal_downsample_factor=4),
-        vocabulary_map=dict(vocab))
+        text_config=dict(
+            vocab_size=n,
+            hidden_size=64,
+            intermediate_size=128,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=256,
+            pad_token_id=0,
+            bos_token_id=1,
+            eos_token_id=2,
+            attention_dropout=0.0,
+        ),
+        vq_config=dict(
+            codebook_size=codes,
+            embed_dim=4,
+            latent_channels=4,
+            base_channels=32,
+            channel_multiplier=[1, 2],
+            num_res_blocks=1,
+            attn_resolutions=[],
+            hidden_size=64,
+            num_attention_heads=1,
+            temporal_downsample_factor=4,
+        ),
+        vocabulary_map=dict(vocab),
+    )
     cfg.text_config._attn_implementation = attn
     model = Emu3ForConditionalGeneration(cfg).eval()
     return model, word_tokenizer(vocab, specials, bos_token="<s>", eos_token="</s>", pad_token="<pad>")
@@ -155,16 +249,32 @@ def emu3(codes: int = 64, seed: int = 0, attn: str = "sdpa"):
 
 # --- LlamaGen -------------------------------------------------------------------------------------
 
-LLAMAGEN_ARCH = dict(dim=64, n_layer=2, n_head=4, n_kv_head=2, multiple_of=32, vocab_size=64, num_classes=10,
-                     caption_dim=16, bank_prompts=4)
+LLAMAGEN_ARCH = dict(
+    dim=64,
+    n_layer=2,
+    n_head=4,
+    n_kv_head=2,
+    multiple_of=32,
+    vocab_size=64,
+    num_classes=10,
+    caption_dim=16,
+    bank_prompts=4,
+)
 
 
 def llamagen(model_type: str = "c2i", seed: int = 0, **over):
     from jacobigen.models.families.llamagen import LlamaGen, LlamaGenConfig
 
     torch.manual_seed(seed)
-    c = LlamaGenConfig(**{**LLAMAGEN_ARCH, "block_size": 16, "model_type": model_type,
-                          "cls_token_num": 6 if model_type == "t2i" else 1, **over})
+    c = LlamaGenConfig(
+        **{
+            **LLAMAGEN_ARCH,
+            "block_size": 16,
+            "model_type": model_type,
+            "cls_token_num": 6 if model_type == "t2i" else 1,
+            **over,
+        }
+    )
     m = LlamaGen(c).eval()
     with torch.no_grad():
         for p in m.parameters():
@@ -224,6 +334,7 @@ def tiny_t5(directory, dim: int = 16) -> None:
     vocab = {"<pad>": 0, "</s>": 1, "<unk>": 2}
     _words(vocab, 3)
     torch.manual_seed(2)
-    T5EncoderModel(T5Config(vocab_size=len(vocab), d_model=dim, d_kv=8, d_ff=32, num_layers=1, num_heads=2)
-                   ).save_pretrained(directory)
+    T5EncoderModel(
+        T5Config(vocab_size=len(vocab), d_model=dim, d_kv=8, d_ff=32, num_layers=1, num_heads=2)
+    ).save_pretrained(directory)
     word_tokenizer(vocab, [], eos_token="</s>", pad_token="<pad>").save_pretrained(directory)

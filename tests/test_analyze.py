@@ -15,8 +15,14 @@ LAYOUT = layout(True, rows=4, cols=6)
 
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
-    pipe = ModelBundle("tiny", tiny_model(sharpness=3.0), LAYOUT, rows_encoder(lambda text: [5, 6], [7]),
-                       lambda g, _=None: palette_decode(g, LAYOUT.image_ids), defaults={"cfg": 2.0})
+    pipe = ModelBundle(
+        "tiny",
+        tiny_model(sharpness=3.0),
+        LAYOUT,
+        rows_encoder(lambda text: [5, 6], [7]),
+        lambda g, _=None: palette_decode(g, LAYOUT.image_ids),
+        defaults={"cfg": 2.0},
+    )
     out = tmp_path_factory.mktemp("analyze")
     return run_all(pipe, ["a"], list(range(8)), 8, out, progress=False), out
 
@@ -29,7 +35,8 @@ def test_every_figure_has_its_json(results):
         data = json.loads((out / f"{name}.json").read_text())
         assert data["settings"]["model"] == "tiny" and data["data"]
         assert {"threads", "torch", "device", "git_commit", "weights", "loadavg_before", "loadavg_after"} <= set(
-            data["environment"])
+            data["environment"]
+        )
 
 
 def test_coupling_makes_drafts_stable(results):
@@ -55,7 +62,22 @@ def test_accepted_lengths_cover_the_methods(results):
 
 @pytest.mark.slow
 def test_cli_on_the_random_model(tmp_path):
-    res = CliRunner().invoke(main, ["analyze", "--model", "random", "--prompt", "red heart", "--seeds", "1",
-                                    "--window", "8", "--out", str(tmp_path), "--no-progress"])
+    res = CliRunner().invoke(
+        main,
+        [
+            "analyze",
+            "--model",
+            "random",
+            "--prompt",
+            "red heart",
+            "--seeds",
+            "1",
+            "--window",
+            "8",
+            "--out",
+            str(tmp_path),
+            "--no-progress",
+        ],
+    )
     assert res.exit_code == 0, res.output
     assert (tmp_path / "influence.png").exists() and "wrote" in res.output

@@ -25,12 +25,12 @@ README = Path(__file__).parents[1] / "README.md"
 
 @dataclass(frozen=True)
 class Case:
-    what: str            # the bad input, in words
-    args: str            # after `jacobigen generate`; {tmp}/NAME are files the fixture makes, {port} a closed port
-    code: int            # exit code
-    says: str            # a piece of the message (it names the input)
-    early: bool = True   # refused before torch is imported
-    writes: str = ""     # an output path that must not exist afterwards (no work was done)
+    what: str  # the bad input, in words
+    args: str  # after `jacobigen generate`; {tmp}/NAME are files the fixture makes, {port} a closed port
+    code: int  # exit code
+    says: str  # a piece of the message (it names the input)
+    early: bool = True  # refused before torch is imported
+    writes: str = ""  # an output path that must not exist afterwards (no work was done)
 
 
 CASES = [
@@ -44,14 +44,28 @@ CASES = [
     Case("--out with --prompts", "--prompts {tmp}/ok.txt --out {tmp}/a.png", 2, "--out writes one sheet"),
     Case("--stats with --prompts", "--prompts {tmp}/ok.txt --stats {tmp}/s.json", 2, "--stats writes one sheet"),
     Case("--trace with --prompts", "--prompts {tmp}/ok.txt --trace", 2, "--trace draws one sheet"),
-    Case("--out without an extension", "heart --model random --out {tmp}/noext", 2, "names no image format",
-         writes="{tmp}/noext"),
+    Case(
+        "--out without an extension",
+        "heart --model random --out {tmp}/noext",
+        2,
+        "names no image format",
+        writes="{tmp}/noext",
+    ),
     Case("--out in a folder that is a file", "heart --model random --out {tmp}/file/a.png", 2, "cannot write --out"),
     Case("--out naming a folder", "heart --model random --out {tmp}", 2, "is a folder"),
-    Case("--stats in a folder that is a file", "heart --model random --out {tmp}/b.png --stats {tmp}/file/s.json", 2,
-         "cannot write --stats", writes="{tmp}/b.png"),
-    Case("--out-dir inside a file", "--prompts {tmp}/ok.txt --model random --out-dir {tmp}/file/out", 2,
-         "cannot write --out-dir"),
+    Case(
+        "--stats in a folder that is a file",
+        "heart --model random --out {tmp}/b.png --stats {tmp}/file/s.json",
+        2,
+        "cannot write --stats",
+        writes="{tmp}/b.png",
+    ),
+    Case(
+        "--out-dir inside a file",
+        "--prompts {tmp}/ok.txt --model random --out-dir {tmp}/file/out",
+        2,
+        "cannot write --out-dir",
+    ),
     Case("window 0", "heart --window 0", 2, "'--window': 0 is not in the range x>=1"),
     Case("window not a number", "heart --window many", 2, "'--window': 'many' is not a valid integer"),
     Case("huge image size", "heart --size 100000", 2, "'--size': 100000 is not in the range 8<=x<=4096"),
@@ -60,8 +74,12 @@ CASES = [
     Case("seed 2^64", "heart --seed 18446744073709551616", 2, "'--seed': 18446744073709551616 is not in the range"),
     Case("negative seed", "heart --seed -1", 2, "'--seed': -1 is not in the range"),
     Case("seeds past 2^32 - 1", "heart --seed 4294967295 --num-images 2", 2, "passes the largest seed 4294967295"),
-    Case("seeds past 2^32 - 1 in a prompt file", "--prompts {tmp}/ok.txt --seed 4294967295 --num-images 3", 2,
-         "passes the largest seed"),
+    Case(
+        "seeds past 2^32 - 1 in a prompt file",
+        "--prompts {tmp}/ok.txt --seed 4294967295 --num-images 3",
+        2,
+        "passes the largest seed",
+    ),
     Case("cfg NaN", "heart --cfg nan", 2, "--cfg must be a finite number, got nan"),
     Case("cfg infinite", "heart --cfg inf", 2, "--cfg must be a finite number, got inf"),
     Case("temperature 0", "heart --temperature 0", 2, "--temperature must be a finite number > 0, got 0.0"),
@@ -81,33 +99,81 @@ CASES = [
     # need torch (a method's parts, a model, a device)
     Case("unknown method", "heart --method nope", 2, "unknown method 'nope'", early=False),
     Case("unknown method option", "heart -o depth=3", 2, "method 'sjd' has no option(s) depth", early=False),
-    Case("tree width not a number", "heart --method sjd-pac -o tree_width=abc", 2,
-         "tree_width must be an integer >= 1, got 'abc'", early=False),
-    Case("a 100-deep tree", "heart --method sjd-pac -o tree_depth=100", 2,
-         "tree_depth=100 and tree_width=4 span more than 4096 tree nodes", early=False),
+    Case(
+        "tree width not a number",
+        "heart --method sjd-pac -o tree_width=abc",
+        2,
+        "tree_width must be an integer >= 1, got 'abc'",
+        early=False,
+    ),
+    Case(
+        "a 100-deep tree",
+        "heart --method sjd-pac -o tree_depth=100",
+        2,
+        "tree_depth=100 and tree_width=4 span more than 4096 tree nodes",
+        early=False,
+    ),
     Case("a 1000-wide tree", "heart --method sjd-pac -o tree_width=1000", 2, "span more than 4096", early=False),
-    Case("vp_history as text", "heart --method sjd-vp -o vp_history=\"4\"", 2,
-         "vp_history must be an integer in [1, 64], got '4'", early=False),
-    Case("vp_weight NaN", "heart --method sjd-vp -o vp_weight=NaN", 2,
-         "vp_weight must be a finite number >= 0, got nan", early=False),
-    Case("vp_top_k 0", "heart --method sjd-vp -o vp_top_k=0", 2, "vp_top_k must be an integer >= 1, got 0",
-         early=False),
-    Case("gsd_k 1.5", "heart --method gsd -o gsd_k=1.5", 2, "gsd_k must be an integer in [0, 256], got 1.5",
-         early=False),
+    Case(
+        "vp_history as text",
+        'heart --method sjd-vp -o vp_history="4"',
+        2,
+        "vp_history must be an integer in [1, 64], got '4'",
+        early=False,
+    ),
+    Case(
+        "vp_weight NaN",
+        "heart --method sjd-vp -o vp_weight=NaN",
+        2,
+        "vp_weight must be a finite number >= 0, got nan",
+        early=False,
+    ),
+    Case(
+        "vp_top_k 0", "heart --method sjd-vp -o vp_top_k=0", 2, "vp_top_k must be an integer >= 1, got 0", early=False
+    ),
+    Case(
+        "gsd_k 1.5", "heart --method gsd -o gsd_k=1.5", 2, "gsd_k must be an integer in [0, 256], got 1.5", early=False
+    ),
     Case("unknown model", "heart --model nope", 2, "unknown model 'nope'", early=False),
-    Case("a device that is not one", "heart --model random --device potato", 2, "--device 'potato' is not a device",
-         early=False),
-    Case("a CUDA device this machine lacks (random model)", "heart --model random --device cuda:99", 2,
-         "--device cuda:99", early=False),
-    Case("a CUDA device this machine lacks (default model)", "heart --device cuda:99", 2, "--device cuda:99",
-         early=False),
-    Case("window 10^9", "heart --model random --window 1000000000 --out {tmp}/w.png", 2,
-         "window 1000000000 is longer than a block can use: the image has 272 tokens", early=False,
-         writes="{tmp}/w.png"),
-    Case("a checkpoint folder that does not exist", "heart --model chameleon:{tmp}/none", 1, "weights not found",
-         early=False),
-    Case("a Ray address where nothing listens", "--prompts {tmp}/ok.txt --ray --address 127.0.0.1:{port} "
-         "--out-dir {tmp}/ray", 1, "cannot reach a Ray head at --address 127.0.0.1:", early=False),
+    Case(
+        "a device that is not one",
+        "heart --model random --device potato",
+        2,
+        "--device 'potato' is not a device",
+        early=False,
+    ),
+    Case(
+        "a CUDA device this machine lacks (random model)",
+        "heart --model random --device cuda:99",
+        2,
+        "--device cuda:99",
+        early=False,
+    ),
+    Case(
+        "a CUDA device this machine lacks (default model)", "heart --device cuda:99", 2, "--device cuda:99", early=False
+    ),
+    Case(
+        "window 10^9",
+        "heart --model random --window 1000000000 --out {tmp}/w.png",
+        2,
+        "window 1000000000 is longer than a block can use: the image has 272 tokens",
+        early=False,
+        writes="{tmp}/w.png",
+    ),
+    Case(
+        "a checkpoint folder that does not exist",
+        "heart --model chameleon:{tmp}/none",
+        1,
+        "weights not found",
+        early=False,
+    ),
+    Case(
+        "a Ray address where nothing listens",
+        "--prompts {tmp}/ok.txt --ray --address 127.0.0.1:{port} --out-dir {tmp}/ray",
+        1,
+        "cannot reach a Ray head at --address 127.0.0.1:",
+        early=False,
+    ),
 ]
 
 
@@ -138,16 +204,21 @@ def check(case: Case, code: int, output: str, tmp: Path) -> None:
     assert code == case.code, output
     assert case.says in output, output
     assert "Traceback" not in output and output.count("\n") <= 4, output
-    assert "NFE" not in output and "wrote" not in output, output            # no image was made
+    assert "NFE" not in output and "wrote" not in output, output  # no image was made
     if case.writes:
         assert not Path(case.writes.replace("{tmp}", str(tmp))).exists()
 
 
 def run_subprocess(args: list[str]) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).parents[1] / "src"),
-                                                                     os.environ.get("PYTHONPATH")]))}
-    return subprocess.run([sys.executable, "-m", "jacobigen.cli", *args], capture_output=True, text=True, env=env,
-                          timeout=120)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(
+            filter(None, [str(Path(__file__).parents[1] / "src"), os.environ.get("PYTHONPATH")])
+        ),
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "jacobigen.cli", *args], capture_output=True, text=True, env=env, timeout=120
+    )
 
 
 @pytest.mark.parametrize("case", [c for c in CASES if c.early], ids=lambda c: c.what)

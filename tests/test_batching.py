@@ -11,7 +11,7 @@ from jacobigen.decode.api import make_decoder
 from jacobigen.tools.exactness import exact_distribution, gof_pvalue, layout, tiny_model
 from models import CODES, PROMPT, UNCOND, random_model
 
-LAYOUT = ImageLayout(4, 6, (0, CODES), eol_id=CODES, end_id=CODES + 1)   # 29 tokens: fast
+LAYOUT = ImageLayout(4, 6, (0, CODES), eol_id=CODES, end_id=CODES + 1)  # 29 tokens: fast
 
 LOSSLESS = [name for name, m in METHODS.items() if m.lossless]
 # prompts of different lengths: rows start, advance and finish out of step
@@ -70,11 +70,11 @@ def test_refilled_batches_are_exact_per_sequence(method):
     parts = METHODS[method].build(4, **({"tree_depth": 3, "tree_width": 2} if "pac" in method else {}))
     rows = [prompts[i % 2] for i in range(2 * n)]
     tokens, stats = make_decoder(tiny, lay, plain, parts).run(rows, list(range(2 * n)), batch_size=64)
-    assert len(set(stats.sequence_nfe)) > 1           # sequences did finish at different iterations
+    assert len(set(stats.sequence_nfe)) > 1  # sequences did finish at different iterations
     exact = [exact_distribution(tiny, lay, plain, p) for p in prompts]
     for i in range(2):
         assert gof_pvalue(exact[i], tokens[i::2]) > 1e-4
-        assert gof_pvalue(exact[1 - i], tokens[i::2]) < 1e-8    # the test tells the prompts apart
+        assert gof_pvalue(exact[1 - i], tokens[i::2]) < 1e-8  # the test tells the prompts apart
 
 
 @pytest.mark.parametrize("method", ["pjd", "pjd+scd-mc+pac"])
@@ -94,8 +94,24 @@ def test_cli_batch_size(tmp_path):
 
     from jacobigen.cli import main
 
-    res = CliRunner().invoke(main, ["generate", "red heart", "blue car", "--model", "random", "--num-images", "2",
-                                    "--batch-size", "3", "--window", "8", "--no-progress",
-                                    "--out", str(tmp_path / "g.png")])
+    res = CliRunner().invoke(
+        main,
+        [
+            "generate",
+            "red heart",
+            "blue car",
+            "--model",
+            "random",
+            "--num-images",
+            "2",
+            "--batch-size",
+            "3",
+            "--window",
+            "8",
+            "--no-progress",
+            "--out",
+            str(tmp_path / "g.png"),
+        ],
+    )
     assert res.exit_code == 0, res.output
     assert "for 4 image(s)" in res.output and (tmp_path / "g.png").exists()

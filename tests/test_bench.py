@@ -18,19 +18,49 @@ from jacobigen.models import WEIGHTS, random_pipeline, weights_provenance
 from jacobigen.tools.bench import run_bench, run_compiled_bench, summary_markdown, write_reports
 from jacobigen.tools.threads import SMALL_MODEL, choose_threads, environment_line, git_commit
 
-MACHINE = {"threads", "omp_wait_policy", "torch", "device", "cpu", "loadavg_before", "loadavg_after",
-           "git_commit", "git_dirty", "model_spec", "weights"}   # every benchmark JSON records these
+MACHINE = {
+    "threads",
+    "omp_wait_policy",
+    "torch",
+    "device",
+    "cpu",
+    "loadavg_before",
+    "loadavg_after",
+    "git_commit",
+    "git_dirty",
+    "model_spec",
+    "weights",
+}  # every benchmark JSON records these
 
 
 def test_bench_cli_writes_outputs(tmp_path):
-    res = CliRunner().invoke(main, ["bench", "--model", "random", "--methods", "sjd",
-                                    "--window", "4,auto", "--prompts", "1", "--threads", "1",
-                                    "--out", str(tmp_path)])
+    res = CliRunner().invoke(
+        main,
+        [
+            "bench",
+            "--model",
+            "random",
+            "--methods",
+            "sjd",
+            "--window",
+            "4,auto",
+            "--prompts",
+            "1",
+            "--threads",
+            "1",
+            "--out",
+            str(tmp_path),
+        ],
+    )
     assert res.exit_code == 0, res.output
     data = json.loads((tmp_path / "bench.json").read_text())
     names = [(r["method"], r["window"], r["auto"]) for r in data["rows"]]
-    assert names == [("ar", 1, False), ("plain-ar", 1, False), ("sjd", 4, False),
-                     ("sjd", data["auto"]["sjd"]["window"], True)]
+    assert names == [
+        ("ar", 1, False),
+        ("plain-ar", 1, False),
+        ("sjd", 4, False),
+        ("sjd", data["auto"]["sjd"]["window"], True),
+    ]
     assert data["cost_curve"]["1"] > 0
     for png in ["speedup.png", "tokens_per_iteration.png", "compression_vs_window.png", "cost_curve.png"]:
         assert (tmp_path / png).stat().st_size > 1000
@@ -58,8 +88,13 @@ def test_bench_cli_writes_outputs(tmp_path):
 def test_settings_side_by_side(tmp_path):
     """Several settings (thread counts, compiled): a folder each and one summary table."""
     rows, extra = run_bench(random_pipeline(), ["sjd"], [4], ["red heart"], [0], progress=False, warmup=False)
-    results = {"threads-1": (rows, extra), "threads-1-compiled": (rows, {**extra, "compile": {
-        "mode": "torch.compile(model, dynamic=True)", "graphs": 2, "graph_breaks": 0}})}
+    results = {
+        "threads-1": (rows, extra),
+        "threads-1-compiled": (
+            rows,
+            {**extra, "compile": {"mode": "torch.compile(model, dynamic=True)", "graphs": 2, "graph_breaks": 0}},
+        ),
+    }
     text = write_reports(results, tmp_path, {"model": "random"})
     assert (tmp_path / "bench.md").read_text() == text == summary_markdown(results)
     assert "| s/image (threads-1) | latency speedup (threads-1) | s/image (threads-1-compiled) |" in text
@@ -70,11 +105,13 @@ def test_settings_side_by_side(tmp_path):
 
 
 def test_compile_failure_is_one_clear_error(monkeypatch):
-    def broken(model, **kwargs):      # compiles "fine", fails at the first call, as inductor does
+    def broken(model, **kwargs):  # compiles "fine", fails at the first call, as inductor does
         def forward(*args):
             raise RuntimeError("no C++ compiler found\nlong traceback")
+
         model.forward = forward
         return model
+
     monkeypatch.setattr(torch, "compile", broken)
     with pytest.raises(JacobigenError, match="torch.compile failed on this machine .*no C\\+\\+ compiler found$"):
         run_compiled_bench(random_pipeline(), ["sjd"], [4], ["red heart"], [0], progress=False)
@@ -100,9 +137,11 @@ def test_bad_thread_counts_are_a_message():
 
 def test_figures_follow_model_and_seed():
     def nfe(seed_model, seeds):
-        rows, _ = run_bench(random_pipeline(seed=seed_model), ["sjd"], [8], ["red heart"], seeds,
-                            progress=False, warmup=False)
+        rows, _ = run_bench(
+            random_pipeline(seed=seed_model), ["sjd"], [8], ["red heart"], seeds, progress=False, warmup=False
+        )
         return next(r.nfe for r in rows if r.method == "sjd")
+
     base = nfe(0, [0])
     assert nfe(1, [0]) != base or nfe(0, [1]) != base
 
@@ -111,9 +150,9 @@ def test_block_sizes_carve_the_tree_and_count_pjd_segments():
     from jacobigen import METHODS
     from jacobigen.tools.costs import block_size
 
-    layout = random_pipeline().layout                       # 16 x 16 with EOL
+    layout = random_pipeline().layout  # 16 x 16 with EOL
     assert block_size(METHODS["sjd"].build(16), layout) == 16
-    assert block_size(METHODS["sjd-pac"].build(16), layout) == 16        # the tree is part of the window
+    assert block_size(METHODS["sjd-pac"].build(16), layout) == 16  # the tree is part of the window
     assert block_size(METHODS["sjd-pac"].build(32, tree_budget="full"), layout) == 32
     rows = METHODS["pjd"].build(16, pjd_context=4).layout2d.segments(16, 16)
     assert rows == 5 and block_size(METHODS["pjd"].build(16, pjd_context=4), layout) == 5 * 16
@@ -122,9 +161,24 @@ def test_block_sizes_carve_the_tree_and_count_pjd_segments():
 
 
 def test_bench_runs_method_variants_and_skips_what_cannot_fit(tmp_path):
-    res = CliRunner().invoke(main, ["bench", "--model", "random", "--methods",
-                                    "sjd-pac[tree_budget=full],sjd-pac[tree_budget=2,window=8]", "--window", "4,24",
-                                    "--prompts", "1", "--threads", "1", "--out", str(tmp_path)])
+    res = CliRunner().invoke(
+        main,
+        [
+            "bench",
+            "--model",
+            "random",
+            "--methods",
+            "sjd-pac[tree_budget=full],sjd-pac[tree_budget=2,window=8]",
+            "--window",
+            "4,24",
+            "--prompts",
+            "1",
+            "--threads",
+            "1",
+            "--out",
+            str(tmp_path),
+        ],
+    )
     assert res.exit_code == 0, res.output
     data = json.loads((tmp_path / "bench.json").read_text())
     names = [(r["method"], r["window"]) for r in data["rows"]]

@@ -33,7 +33,7 @@ def test_commit_arbitrary_subset_equals_plain_forward():
     prefix = torch.tensor([[4098, 5, 6, 7]])
     block = torch.tensor([[10, 11, 12, 13, 14]])
     keep = torch.tensor([[0, 2, 3]])
-    parent = [-1, 0, 0, 2, 1]                 # node 3 descends from 2, which descends from 0
+    parent = [-1, 0, 0, 2, 1]  # node 3 descends from 2, which descends from 0
     tree = torch.eye(5, dtype=torch.bool)
     for node in range(5):
         a = parent[node]
@@ -79,7 +79,7 @@ def test_tree_block_matches_paths():
         def value(p, cand_q=cand_q):
             return float(torch.prod(torch.tensor([cand_q[0, t, r] for t, r in enumerate(p)])))
 
-        def worth(p, ok=ok):   # the least value among p and its prerequisites; spine: always in
+        def worth(p, ok=ok):  # the least value among p and its prerequisites; spine: always in
             if not any(p):
                 return float("inf")
             u = paths.index(p)
@@ -87,18 +87,25 @@ def test_tree_block_matches_paths():
             pre = [worth(p[:-1])] if len(p) > 1 else []
             pre += [worth(p[:-1] + (p[-1] - 1,))] if p[-1] > 0 else []
             return min([own, *pre])
+
         assert [worth(p) for p in paths] == pytest.approx(scores[0].tolist())
 
         count = random.randint(0, 6)
         extra = torch.where(uni.spine, float("-inf"), scores).sort(dim=1, descending=True, stable=True)
-        nodes = select(uni, Ranking(values, extra.values, extra.indices), torch.tensor([count]),
-                       torch.tensor([drafts - count]))
-        tb = arrange(nodes, torch.tensor([9]), torch.arange(10, 10 + drafts)[None],
-                     torch.arange(100, 100 + levels * width).view(1, levels, width), drafts + 1)
+        nodes = select(
+            uni, Ranking(values, extra.values, extra.indices), torch.tensor([count]), torch.tensor([drafts - count])
+        )
+        tb = arrange(
+            nodes,
+            torch.tensor([9]),
+            torch.arange(10, 10 + drafts)[None],
+            torch.arange(100, 100 + levels * width).view(1, levels, width),
+            drafts + 1,
+        )
         off = [p for p in paths if any(p)]
         ranking = sorted((p for p in off if worth(p) > float("-inf")), key=lambda p: (-worth(p), paths.index(p)))
         chosen = set(ranking[:count])
-        for p in chosen:   # closed under parents and lower ranks (the spine is always in)
+        for p in chosen:  # closed under parents and lower ranks (the spine is always in)
             prerequisites = [p[:-1]] + ([p[:-1] + (p[-1] - 1,)] if p[-1] else [])
             assert all(not any(x) or x in chosen for x in prerequisites)
         spine = drafts - count
@@ -114,6 +121,6 @@ def test_tree_block_matches_paths():
             token = 9 if not pi else (10 + len(pi) - 1 if not any(pi) else 100 + (len(pi) - 1) * width + pi[-1])
             assert int(tb.tokens[0, i]) == token
             for j, pj in enumerate(names):
-                assert bool(tb.structure[0, i, j]) == (pi[:len(pj)] == pj)
+                assert bool(tb.structure[0, i, j]) == (pi[: len(pj)] == pj)
         for i in range(n_real, drafts + 1):
             assert tb.structure[0, i].nonzero().flatten().tolist() == [0, i]

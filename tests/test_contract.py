@@ -32,9 +32,15 @@ def cosmos():
     return cosmos_pipeline(random_cosmos())
 
 
-PIPELINES = {"embedded": embedded, "random": random_pipeline, "cosmos": cosmos,
-             **{name: (lambda n=name: family(n))
-                for name in ("chameleon", "anole", "janus", "emu3", "llamagen-c2i", "llamagen-t2i")}}
+PIPELINES = {
+    "embedded": embedded,
+    "random": random_pipeline,
+    "cosmos": cosmos,
+    **{
+        name: (lambda n=name: family(n))
+        for name in ("chameleon", "anole", "janus", "emu3", "llamagen-c2i", "llamagen-t2i")
+    },
+}
 
 
 @pytest.mark.parametrize("name", list(PIPELINES))
@@ -42,7 +48,7 @@ def test_every_model_keeps_the_contract(name):
     pipe = PIPELINES[name]()
     text = "3" if name == "llamagen-c2i" else "a red cat"
     lo = pipe.layout.image_ids[0]
-    if name == "cosmos":   # condition tokens
+    if name == "cosmos":  # condition tokens
         model, prompt = pipe.model, [5, 17, 33, 2, 60, 41]
     else:
         model, prompt, _ = encode_one(pipe, text)
@@ -50,6 +56,7 @@ def test_every_model_keeps_the_contract(name):
 
 
 # --- models that break it -------------------------------------------------------------------------
+
 
 class Wrapped(nn.Module):
     """The random test model behind a wrapper that a test bends one way or another."""
@@ -86,8 +93,9 @@ class WritesAtSlotZero(Wrapped):
             cache.lengths = lengths
 
 
-@pytest.mark.parametrize("model,message", [(AdvancesLengths, "changed cache.lengths"),
-                                           (WritesAtSlotZero, "did not write its block")])
+@pytest.mark.parametrize(
+    "model,message", [(AdvancesLengths, "changed cache.lengths"), (WritesAtSlotZero, "did not write its block")]
+)
 def test_conformance_names_the_broken_cache_rule(model, message):
     conformance(Wrapped(), PROMPT, [1, 2, 3, 4])
     with pytest.raises(AssertionError, match=message):
@@ -106,8 +114,9 @@ class OwnCache(Wrapped):
         return {"rows": rows, "capacity": capacity}
 
 
-@pytest.mark.parametrize("model,message", [(NoParameters, "has no parameters"),
-                                           (OwnCache, "must return a jacobigen.core.cache.KVCache")])
+@pytest.mark.parametrize(
+    "model,message", [(NoParameters, "has no parameters"), (OwnCache, "must return a jacobigen.core.cache.KVCache")]
+)
 def test_broken_models_get_config_errors(model, message):
     with pytest.raises(ConfigError, match=message):
         check_model(model())

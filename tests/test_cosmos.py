@@ -29,15 +29,16 @@ LOSSLESS = [name for name, m in METHODS.items() if m.lossless and name != "ar"]
 
 def tiny(**over) -> CosmosConfig:
     """2 layers of 48, 4 heads over 2 K/V heads, latent [3, 2, 3] with one condition frame."""
-    base = dict(dim=48, n_layers=2, n_heads=4, n_kv_heads=2, ffn_dim=64, vocab_size=64, latent_shape=(3, 2, 3),
-                context_frames=1)
+    base = dict(
+        dim=48, n_layers=2, n_heads=4, n_kv_heads=2, ffn_dim=64, vocab_size=64, latent_shape=(3, 2, 3), context_frames=1
+    )
     return CosmosConfig(**{**base, **over})
 
 
 def random_cosmos(seed=0, **over) -> Cosmos:
     torch.manual_seed(seed)
     model = Cosmos(tiny(**over))
-    with torch.no_grad():      # peaked, context-dependent laws: greedy paths that depend on every position
+    with torch.no_grad():  # peaked, context-dependent laws: greedy paths that depend on every position
         for p in model.parameters():
             if p.dim() == 2:
                 p.normal_(0, p.shape[1] ** -0.5)
@@ -51,8 +52,15 @@ def reference_rope_table(c):
     t, h, w = c.latent_shape
     seq = torch.arange(max(c.latent_shape)).float()
     et, eh, ew = torch.outer(seq[:t], temporal), torch.outer(seq[:h], spatial), torch.outer(seq[:w], spatial)
-    emb = torch.cat([et[:, None, None].expand(t, h, w, -1), eh[None, :, None].expand(t, h, w, -1),
-                     ew[None, None].expand(t, h, w, -1)] * 2, -1)
+    emb = torch.cat(
+        [
+            et[:, None, None].expand(t, h, w, -1),
+            eh[None, :, None].expand(t, h, w, -1),
+            ew[None, None].expand(t, h, w, -1),
+        ]
+        * 2,
+        -1,
+    )
     return emb.reshape(t * h * w, -1)
 
 
@@ -67,7 +75,7 @@ def rotate_half_te(x):
 
 def reference_logits(state, c, seq):
     """Last-position logits of a full causal forward over ``seq`` [S], written from the state dict."""
-    emb = reference_rope_table(c)[:len(seq)]
+    emb = reference_rope_table(c)[: len(seq)]
     cos, sin = emb.cos()[None, :, None], emb.sin()[None, :, None]
     hd = c.hd
     x = state["tok_embeddings.weight"][torch.tensor(seq)][None]
@@ -88,8 +96,10 @@ def reference_logits(state, c, seq):
         y = (att @ v).transpose(1, 2).reshape(1, len(seq), -1) @ state[pre + "attention.wo.weight"].T
         x = x + y
         h = rms(x, state[pre + "ffn_norm.weight"], c.norm_eps)
-        ff = (torch.nn.functional.silu(h @ state[pre + "feed_forward.w1.weight"].T)
-              * (h @ state[pre + "feed_forward.w3.weight"].T)) @ state[pre + "feed_forward.w2.weight"].T
+        ff = (
+            torch.nn.functional.silu(h @ state[pre + "feed_forward.w1.weight"].T)
+            * (h @ state[pre + "feed_forward.w3.weight"].T)
+        ) @ state[pre + "feed_forward.w2.weight"].T
         x = x + ff
     return (rms(x, state["norm.weight"], c.norm_eps) @ state["output.weight"].T)[0, -1]
 
@@ -100,10 +110,10 @@ def reference_greedy(model, prompt):
     with torch.no_grad():
         while len(seq) < c.max_seq_len:
             seq.append(int(reference_logits(state, c, seq).argmax()))
-    return seq[len(prompt):]
+    return seq[len(prompt) :]
 
 
-PROMPT = [5, 17, 33, 2, 60, 41]     # one condition latent frame of 2 x 3 tokens
+PROMPT = [5, 17, 33, 2, 60, 41]  # one condition latent frame of 2 x 3 tokens
 
 
 @pytest.mark.parametrize("over", [{}, {"yarn": True, "original_latent_shape": (2, 2, 2)}])
@@ -159,11 +169,11 @@ class TinyDecoder(torch.nn.Module):
         return x.repeat_interleave(16, 3).repeat_interleave(16, 4)
 
 
-@pytest.mark.filterwarnings("ignore::DeprecationWarning")       # torch.jit.script: Cosmos ships TorchScript
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # torch.jit.script: Cosmos ships TorchScript
 def test_checkpoint_roundtrip_decodes_the_clip_with_its_condition_frames(tmp_path):
     """model.pt as Cosmos stores it (``model.`` prefix, TransformerEngine extra state), cosmos.json for
     the latent shape, decoder.jit beside it: the clip is condition + sampled frames at 16x pixels."""
-    pytest.importorskip("transformers")      # load_family's import check
+    pytest.importorskip("transformers")  # load_family's import check
     model = random_cosmos(2)
     state = {f"model.{k}": v for k, v in model.state_dict().items()}
     state["model.layers.0.attention._extra_state"] = torch.zeros(1)
@@ -173,14 +183,14 @@ def test_checkpoint_roundtrip_decodes_the_clip_with_its_condition_frames(tmp_pat
     np.save(tmp_path / "context.npy", np.array(PROMPT).reshape(1, 2, 3))
 
     pipe = load_family("cosmos", str(tmp_path), "cpu")
-    assert pipe.note == ""     # decoder.jit found: clips are pixels below
+    assert pipe.note == ""  # decoder.jit found: clips are pixels below
     assert config_from_state(clean_state(state)).dim == 48
     gen, clips = pipe.generate([str(tmp_path / "context.npy")], top_k=1, method="scd-gs", window=8, seed=[0, 1])
     assert gen.grid.shape == (2, 2, 2, 3)
     assert gen.tokens[0].tolist() == reference_greedy(model, PROMPT)
     assert len(clips) == 2 and len(clips[0]) == pixel_frames(3) == 17
     assert clips[0][0].size == (3 * 16, 2 * 16)
-    first = np.asarray(clips[0][0])[0, 0, 0]            # condition token 5 -> (5/32 - 1) * 0.5 + 0.5
+    first = np.asarray(clips[0][0])[0, 0, 0]  # condition token 5 -> (5/32 - 1) * 0.5 + 0.5
     assert first == round((5 / 32 - 1) * 0.5 * 255 + 0.5 * 255)
 
 
@@ -213,8 +223,22 @@ def test_cli_generate_video_on_cosmos(tmp_path):
     save_config(model, tmp_path)
     np.save(tmp_path / "c.npy", np.array(PROMPT).reshape(1, 2, 3))
     out = tmp_path / "clip.gif"
-    res = CliRunner().invoke(main, ["generate-video", str(tmp_path / "c.npy"), "--model", f"cosmos:{tmp_path}",
-                                    "--method", "scd-gs", "--window", "8", "--out", str(out), "--no-progress"])
+    res = CliRunner().invoke(
+        main,
+        [
+            "generate-video",
+            str(tmp_path / "c.npy"),
+            "--model",
+            f"cosmos:{tmp_path}",
+            "--method",
+            "scd-gs",
+            "--window",
+            "8",
+            "--out",
+            str(out),
+            "--no-progress",
+        ],
+    )
     assert res.exit_code == 0, res.output
     assert out.is_file() and "step compression" in res.output
 
@@ -230,8 +254,17 @@ def test_bench_runs_on_cosmos_with_a_condition_prompt(tmp_path):
     torch.save(model.state_dict(), tmp_path / "model.pt")
     save_config(model, tmp_path)
     np.save(tmp_path / "c.npy", np.array(PROMPT).reshape(1, 2, 3))
-    args = ["bench", "--model", f"cosmos:{tmp_path}", "--methods", "scd-gs", "--window", "4,12",
-            "--out", str(tmp_path / "b")]
+    args = [
+        "bench",
+        "--model",
+        f"cosmos:{tmp_path}",
+        "--methods",
+        "scd-gs",
+        "--window",
+        "4,12",
+        "--out",
+        str(tmp_path / "b"),
+    ]
     res = CliRunner().invoke(main, args)
     assert res.exit_code == 2 and "--prompt" in res.output
     res = CliRunner().invoke(main, [*args, "--prompt", str(tmp_path / "c.npy")])

@@ -12,7 +12,7 @@ from jacobigen.models import WEIGHTS, embedded_pipeline
 from jacobigen.models.vq import VQModel
 
 HELDOUT = Path(__file__).parent / "data" / "heldout_emoji.png"
-MIN_PSNR = 24.0   # measured 26.6 dB mean on these 8 held-out images (27.4 dB on the whole split)
+MIN_PSNR = 24.0  # measured 26.6 dB mean on these 8 held-out images (27.4 dB on the whole split)
 
 
 @pytest.fixture(scope="module")
@@ -32,7 +32,7 @@ def test_generates_a_real_image(pipe, method):
 
 def test_vq_round_trip_keeps_psnr():
     strip = torch.from_numpy(np.array(Image.open(HELDOUT).convert("RGB")))
-    images = strip.view(64, -1, 64, 3).permute(1, 3, 0, 2)          # [8, 3, 64, 64] uint8
+    images = strip.view(64, -1, 64, 3).permute(1, 3, 0, 2)  # [8, 3, 64, 64] uint8
     vq = VQModel.load(WEIGHTS / "vq.safetensors")
     rec = vq.decode(vq.encode(images))
     mse = ((rec - images.float() / 255) ** 2).mean(dim=(1, 2, 3))

@@ -1,4 +1,5 @@
 """The embedded model's token layout is frozen by its weights: pin every id, and both caption readers."""
+
 import json
 
 import pytest

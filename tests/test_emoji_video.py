@@ -1,5 +1,6 @@
 """The animated-emoji model's layout, loader and training batches, on a tiny random-weight export
 (the trained model is not shipped yet): clips decode through the emoji VQ frame by frame."""
+
 import sys
 from pathlib import Path
 
@@ -19,8 +20,9 @@ train_video = pytest.importorskip("train_video")
 def tiny_export(folder: Path, frames: int = 2) -> Path:
     torch.manual_seed(0)
     reader = E.ByteCaptions()
-    cfg = TransformerConfig(vocab_size=reader.vocab_size + 1, dim=32, n_layers=1, n_heads=2,
-                            max_seq_len=E.clip_seq_len(reader, frames))
+    cfg = TransformerConfig(
+        vocab_size=reader.vocab_size + 1, dim=32, n_layers=1, n_heads=2, max_seq_len=E.clip_seq_len(reader, frames)
+    )
     folder.mkdir(exist_ok=True)
     save_transformer(Transformer(cfg), folder / "ar.safetensors", dtype=torch.float32)
     return folder
@@ -64,7 +66,10 @@ def test_clip_batches_target_the_clip_and_frame_ce_covers_every_frame(tmp_path):
     first = (y[1] != -100).nonzero()[0].item()
     assert x[1, first] == E.BOI and y[1, first] == tokens[1, 0, 0, 0]
     assert (y[1] == 1285).sum() == 2 and (y[1] == E.EOI).sum() == 1
-    model = Transformer(TransformerConfig(vocab_size=1286, dim=32, n_layers=1, n_heads=2,
-                                          max_seq_len=E.clip_seq_len(E.ByteCaptions(), 2)))
+    model = Transformer(
+        TransformerConfig(
+            vocab_size=1286, dim=32, n_layers=1, n_heads=2, max_seq_len=E.clip_seq_len(E.ByteCaptions(), 2)
+        )
+    )
     per_frame = train_video.frame_ce(model, data, frames=2)
     assert len(per_frame) == 2 and all(np.isfinite(per_frame))

@@ -28,8 +28,11 @@ from mutants import (
 
 N = 20_000
 PASS, FAIL = 1e-4, 1e-8
-SAMPLINGS = {"plain": SamplingConfig(), "cfg-topp": SamplingConfig(cfg=2.0, top_p=0.95, temperature=0.9),
-             "topk": SamplingConfig(top_k=2, cfg=1.5)}
+SAMPLINGS = {
+    "plain": SamplingConfig(),
+    "cfg-topp": SamplingConfig(cfg=2.0, top_p=0.95, temperature=0.9),
+    "topk": SamplingConfig(top_k=2, cfg=1.5),
+}
 LOSSLESS = [name for name, m in METHODS.items() if m.lossless and name != "ar"]
 # Small trees so that the 3-id test vocabulary exercises both full and exhausted sibling sets
 # (depth counts the root: depth 3 puts siblings at two drafted depths).
@@ -49,6 +52,7 @@ def exact(model):
         if (eol, sampling) not in cache:
             cache[eol, sampling] = exact_distribution(model, layout(eol), sampling)
         return cache[eol, sampling]
+
     return get
 
 
@@ -58,10 +62,18 @@ def pvalue(model, exact, parts, eol=True, sampling="plain"):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("window,eol,sampling", [
-    (1, True, "plain"), (1, False, "cfg-topp"), (2, True, "cfg-topp"), (2, False, "plain"),
-    (8, True, "plain"), (8, True, "cfg-topp"), (8, False, "cfg-topp"),
-])
+@pytest.mark.parametrize(
+    "window,eol,sampling",
+    [
+        (1, True, "plain"),
+        (1, False, "cfg-topp"),
+        (2, True, "cfg-topp"),
+        (2, False, "plain"),
+        (8, True, "plain"),
+        (8, True, "cfg-topp"),
+        (8, False, "cfg-topp"),
+    ],
+)
 def test_sjd_is_exact(model, exact, window, eol, sampling):
     assert pvalue(model, exact, Parts(Independent(), Verifier(), window), eol, sampling) > PASS
 
@@ -71,8 +83,7 @@ def test_sjd_is_exact(model, exact, window, eol, sampling):
 @pytest.mark.parametrize("method", LOSSLESS)
 def test_every_lossless_preset_is_exact(model, exact, method, window):
     spec = METHODS[method]
-    opts = {k: v for k, v in {**SMALL_TREE, "tree_depth": 4 if window == 8 else 3}.items()
-            if k in spec.options}
+    opts = {k: v for k, v in {**SMALL_TREE, "tree_depth": 4 if window == 8 else 3}.items() if k in spec.options}
     sampling = "cfg-topp" if window == 8 else "plain"
     assert pvalue(model, exact, spec.build(window, **opts), True, sampling) > PASS
 
@@ -87,8 +98,10 @@ def test_top_k_slice_is_exact(model, exact, method):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("method,alpha,sampling", [("scd-mc", 0.5, "plain"), ("scd-gs", 0.5, "cfg-topp"),
-                                                   ("scd-gs", 0.3, "topk"), ("scd-gs+pac", 0.7, "plain")])
+@pytest.mark.parametrize(
+    "method,alpha,sampling",
+    [("scd-mc", 0.5, "plain"), ("scd-gs", 0.5, "cfg-topp"), ("scd-gs", 0.3, "topk"), ("scd-gs+pac", 0.7, "plain")],
+)
 def test_every_coupling_strength_is_exact(model, exact, method, alpha, sampling):
     """SCD's alpha sweep: a coin per slot between coupling and a fresh draw."""
     opts = {k: v for k, v in SMALL_TREE.items() if k in METHODS[method].options}
@@ -110,8 +123,10 @@ def test_default_tree_is_exact(model, exact, budget, window):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("budget,sampling", [(1, "plain"), (3, "cfg-topp"), ("full", "plain"), ("full", "cfg-topp"),
-                                             ("auto", "plain"), ("auto", "cfg-topp")])
+@pytest.mark.parametrize(
+    "budget,sampling",
+    [(1, "plain"), (3, "cfg-topp"), ("full", "plain"), ("full", "cfg-topp"), ("auto", "plain"), ("auto", "cfg-topp")],
+)
 def test_budgeted_trees_are_exact(model, exact, budget, sampling):
     """Width 2 below the 3 image ids, so siblings are tested and rejected; the budget picks which
     of the 4 off-spine nodes of a depth-3 tree go into the window of 8 (the automatic budget with
@@ -125,13 +140,16 @@ def test_budgeted_trees_are_exact(model, exact, budget, sampling):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name,parts", [
-    ("1-residual-from-p", Parts(Independent(), ResidualFromTarget(), 4)),
-    ("2-old-q-after-coupling", Parts(CarryOldQ(), Verifier(), 4)),
-    ("3-stale-q", Parts(StaleQ(), Verifier(), 4)),
-    ("6-residual-fallback", Parts(Independent(), ResidualUnlessUnitMass(), 4)),
-    ("7-min-acceptance", Parts(Independent(), MinimumAcceptance(), 4)),
-])
+@pytest.mark.parametrize(
+    "name,parts",
+    [
+        ("1-residual-from-p", Parts(Independent(), ResidualFromTarget(), 4)),
+        ("2-old-q-after-coupling", Parts(CarryOldQ(), Verifier(), 4)),
+        ("3-stale-q", Parts(StaleQ(), Verifier(), 4)),
+        ("6-residual-fallback", Parts(Independent(), ResidualUnlessUnitMass(), 4)),
+        ("7-min-acceptance", Parts(Independent(), MinimumAcceptance(), 4)),
+    ],
+)
 def test_mutants_are_rejected(model, exact, name, parts):
     assert pvalue(model, exact, parts) < FAIL
 

@@ -1,5 +1,6 @@
 """Optional dependencies: without matplotlib the tables still come, and figure-only commands say
 which extra to install before doing any work."""
+
 import sys
 import warnings
 
@@ -15,10 +16,10 @@ from jacobigen.tools.throughput import write_report
 
 @pytest.fixture
 def no_matplotlib(monkeypatch):
-    monkeypatch.setitem(sys.modules, "matplotlib", None)   # `import matplotlib` raises ModuleNotFoundError
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # `import matplotlib` raises ModuleNotFoundError
     monkeypatch.delitem(sys.modules, "matplotlib.pyplot", raising=False)
     monkeypatch.delitem(sys.modules, "jacobigen.tools.plots", raising=False)
-    monkeypatch.delattr(jacobigen.tools, "plots", raising=False)   # an earlier test may have imported it
+    monkeypatch.delattr(jacobigen.tools, "plots", raising=False)  # an earlier test may have imported it
 
 
 def test_figures_name_their_extra(no_matplotlib):
@@ -27,8 +28,15 @@ def test_figures_name_their_extra(no_matplotlib):
 
 
 def test_tables_are_written_without_figures(no_matplotlib, tmp_path):
-    row = {"method": "ar", "batch_size": 1, "images_per_second": 1.0, "tokens_per_second": 272.0,
-           "forward_passes": 273, "step_compression": 1.0, "overhead_share": 0.1}
+    row = {
+        "method": "ar",
+        "batch_size": 1,
+        "images_per_second": 1.0,
+        "tokens_per_second": 272.0,
+        "forward_passes": 273,
+        "step_compression": 1.0,
+        "overhead_share": 0.1,
+    }
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         write_report([row], {}, tmp_path, {})
@@ -38,7 +46,8 @@ def test_tables_are_written_without_figures(no_matplotlib, tmp_path):
 
 
 def test_trace_stops_before_generating(no_matplotlib, tmp_path):
-    res = CliRunner().invoke(main, ["generate", "red heart", "--model", "random", "--out", str(tmp_path / "x.png"),
-                                    "--trace"])
+    res = CliRunner().invoke(
+        main, ["generate", "red heart", "--model", "random", "--out", str(tmp_path / "x.png"), "--trace"]
+    )
     assert res.exit_code == 2 and "jacobigen[plots]" in res.output
     assert not (tmp_path / "x.png").exists()

@@ -19,8 +19,9 @@ LAYOUT = layout()
 MODELS = {"peaked": tiny_model(), "huge logits": tiny_model(sharpness=1e6)}
 FINITE = st.floats(allow_nan=False, allow_infinity=False)
 CFG = st.one_of(st.sampled_from([1.0, 0.0, 1e300, -1e300, 3.0, 1e-300]), FINITE)
-TEMPERATURE = st.one_of(st.sampled_from([5e-324, 1e-45, 1e-30, 1.0, 1e300]),
-                        st.floats(min_value=5e-324, max_value=1e308))
+TEMPERATURE = st.one_of(
+    st.sampled_from([5e-324, 1e-45, 1e-30, 1.0, 1e300]), st.floats(min_value=5e-324, max_value=1e308)
+)
 TOP_K = st.one_of(st.none(), st.integers(1, 12))
 TOP_P = st.one_of(st.none(), st.sampled_from([5e-324, 1e-9, 1.0]), st.floats(min_value=1e-300, max_value=1.0))
 
@@ -35,17 +36,40 @@ def allowed_everywhere(tokens: torch.Tensor) -> bool:
 
 @pytest.mark.parametrize("method", sorted(METHODS))
 @settings(max_examples=25, deadline=None)
-@given(model=st.sampled_from(sorted(MODELS)), cfg=CFG, temperature=TEMPERATURE, top_k=TOP_K, top_p=TOP_P,
-       window=st.sampled_from([2, 4, 8]), seed=st.integers(0, 2**32 - 2))
+@given(
+    model=st.sampled_from(sorted(MODELS)),
+    cfg=CFG,
+    temperature=TEMPERATURE,
+    top_k=TOP_K,
+    top_p=TOP_P,
+    window=st.sampled_from([2, 4, 8]),
+    seed=st.integers(0, 2**32 - 2),
+)
 def test_every_preset_stays_in_the_layout(method, model, cfg, temperature, top_k, top_p, window, seed):
-    gen = generate(MODELS[model], PROMPT, layout=LAYOUT, method=method, window=window, seed=[seed, seed + 1],
-                   cfg=cfg, uncond=UNCOND, temperature=temperature, top_k=top_k, top_p=top_p)
+    gen = generate(
+        MODELS[model],
+        PROMPT,
+        layout=LAYOUT,
+        method=method,
+        window=window,
+        seed=[seed, seed + 1],
+        cfg=cfg,
+        uncond=UNCOND,
+        temperature=temperature,
+        top_k=top_k,
+        top_p=top_p,
+    )
     assert allowed_everywhere(gen.tokens), gen.tokens
 
 
 @settings(max_examples=300, deadline=None)
-@given(cfg=CFG, temperature=TEMPERATURE, top_k=TOP_K, top_p=TOP_P,
-       logits=st.lists(st.one_of(FINITE, st.sampled_from([3.4e38, -3.4e38, 1e30, 0.0])), min_size=16, max_size=16))
+@given(
+    cfg=CFG,
+    temperature=TEMPERATURE,
+    top_k=TOP_K,
+    top_p=TOP_P,
+    logits=st.lists(st.one_of(FINITE, st.sampled_from([3.4e38, -3.4e38, 1e30, 0.0])), min_size=16, max_size=16),
+)
 def test_targets_are_distributions_over_allowed_ids(cfg, temperature, top_k, top_p, logits):
     """The pipeline itself: finite, summing to 1, zero outside the allowed ids, whatever the
     (finite, even float32-overflowing) logits and settings."""

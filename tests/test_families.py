@@ -55,8 +55,14 @@ def llamagen_pipe(kind):
     return m, llamagen_pipeline(m, fm.tiny_vq(64, l2_norm=True), fm.caption if kind == "t2i" else None)
 
 
-BUILD = {"chameleon": chameleon_pipe, "anole": anole_pipe, "janus": janus_pipe, "emu3": emu3_pipe,
-         "llamagen-c2i": lambda: llamagen_pipe("c2i"), "llamagen-t2i": lambda: llamagen_pipe("t2i")}
+BUILD = {
+    "chameleon": chameleon_pipe,
+    "anole": anole_pipe,
+    "janus": janus_pipe,
+    "emu3": emu3_pipe,
+    "llamagen-c2i": lambda: llamagen_pipe("c2i"),
+    "llamagen-t2i": lambda: llamagen_pipe("t2i"),
+}
 PROMPT = {"llamagen-c2i": "3"}
 
 
@@ -77,13 +83,19 @@ def family(request):
 
 # --- the family's own decoding path as reference ------------------------------------------------
 
+
 def reference(name, hf, pipe, cond, uncond):
     """Greedy CFG tokens from the family's own code (transformers generate or its own cache)."""
     lay = pipe.layout
     allowed, forced = lay.allowed(pipe.model.vocab_size), lay.forced()
     if name == "janus":
-        out = hf.generate(torch.tensor([cond]), attention_mask=torch.ones(1, len(cond), dtype=torch.long),
-                          generation_mode="image", do_sample=False, guidance_scale=CFG)
+        out = hf.generate(
+            torch.tensor([cond]),
+            attention_mask=torch.ones(1, len(cond), dtype=torch.long),
+            generation_mode="image",
+            do_sample=False,
+            guidance_scale=CFG,
+        )
         return (out[0] + lay.image_ids[0]).tolist()
     if name == "emu3":
         lo, hi = lay.image_ids
@@ -92,13 +104,21 @@ def reference(name, hf, pipe, cond, uncond):
             j = ids.shape[0] - len(cond)
             return [int(forced[j])] if j < lay.length and forced[j] >= 0 else list(range(lo, hi))
 
-        out = hf.generate(torch.tensor([cond]), max_new_tokens=lay.length, do_sample=False, guidance_scale=CFG,
-                          negative_prompt_ids=torch.tensor([uncond]), prefix_allowed_tokens_fn=allowed_fn)
-        return out[0, len(cond):].tolist()
+        out = hf.generate(
+            torch.tensor([cond]),
+            max_new_tokens=lay.length,
+            do_sample=False,
+            guidance_scale=CFG,
+            negative_prompt_ids=torch.tensor([uncond]),
+            prefix_allowed_tokens_fn=allowed_fn,
+        )
+        return out[0, len(cond) :].tolist()
     if name in ("chameleon", "anole"):
-        def step(x, cache):   # ChameleonModel + lm_head: its forward masks image ids for text generation
+
+        def step(x, cache):  # ChameleonModel + lm_head: its forward masks image ids for text generation
             with torch.no_grad():
                 return hf.lm_head(hf.model(input_ids=x, cache=cache, use_cache=True).last_hidden_state)[0, -1]
+
         return fm.hf_greedy(step, cond, uncond, CFG, lay.length, allowed, forced)
     # LlamaGen: no transformers class; recompute the whole sequence without a cache each step
     seqs, out = [list(cond), list(uncond)], []
@@ -131,18 +151,17 @@ def test_eager_attention_gets_the_same_mask(name):
 def test_lossless_presets_match_ar(family):
     name, _, pipe, cond, uncond, ar = family
     for method in LOSSLESS:
-        gen = generate(pipe.model, cond, layout=pipe.layout, method=method, window=8, top_k=1, cfg=CFG,
-                       uncond=uncond)
+        gen = generate(pipe.model, cond, layout=pipe.layout, method=method, window=8, top_k=1, cfg=CFG, uncond=uncond)
         assert torch.equal(gen.tokens[0], ar), method
 
 
 def test_layout_and_decoded_size(family):
     name, _, pipe, _, _, ar = family
     lay = pipe.layout
-    if name in ("chameleon", "emu3"):   # EOL after every row, then end-of-image (Emu3: EOF)
-        assert ar[lay.cols:lay.rows * (lay.cols + 1):lay.cols + 1].eq(lay.eol_id).all()
+    if name in ("chameleon", "emu3"):  # EOL after every row, then end-of-image (Emu3: EOF)
+        assert ar[lay.cols : lay.rows * (lay.cols + 1) : lay.cols + 1].eq(lay.eol_id).all()
         assert int(ar[-1]) == lay.end_id and ar.numel() == lay.rows * (lay.cols + 1) + 1
-    elif name == "anole":               # no EOL; <eoss> closes the grid
+    elif name == "anole":  # no EOL; <eoss> closes the grid
         assert lay.eol_id is None and int(ar[-1]) == lay.end_id and ar.numel() == lay.rows * lay.cols + 1
     else:
         assert lay.eol_id is None and lay.end_id is None and ar.numel() == lay.rows * lay.cols
@@ -150,7 +169,7 @@ def test_layout_and_decoded_size(family):
     lo, hi = lay.image_ids
     assert grid.shape == (1, lay.rows, lay.cols) and grid.min() >= lo and grid.max() < hi
     img = pipe.decode(grid)[0]
-    scale = 2 if name in ("janus", "emu3") else 4   # the tiny VQ decoders' upsampling
+    scale = 2 if name in ("janus", "emu3") else 4  # the tiny VQ decoders' upsampling
     assert img.size == (lay.cols * scale, lay.rows * scale) and img.mode == "RGB"
 
 
@@ -193,6 +212,7 @@ def test_refilled_batches_match_each_prompt_alone(family):
 
 # --- loading ------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("family_name", ["chameleon", "lumina-mgpt", "anole", "janus", "emu3", "llamagen"])
 def test_missing_directory_names_the_path(tmp_path, family_name):
     missing = tmp_path / "no-such-model"
@@ -201,8 +221,11 @@ def test_missing_directory_names_the_path(tmp_path, family_name):
 
 
 def test_hf_save_pretrained_roundtrip(tmp_path):
-    for name, make, option in [("chameleon", fm.chameleon, "?size=64"), ("janus", fm.janus, ""),
-                               ("emu3", fm.emu3, "?size=32")]:
+    for name, make, option in [
+        ("chameleon", fm.chameleon, "?size=64"),
+        ("janus", fm.janus, ""),
+        ("emu3", fm.emu3, "?size=32"),
+    ]:
         d = tmp_path / name
         hf, tok = make()
         hf.save_pretrained(d)
@@ -229,7 +252,7 @@ def test_chameleon_vqgan_checkpoint_is_found_and_decodes(tmp_path):
     pipe = load_pipeline(f"chameleon:{tmp_path}?size=64")
     assert pipe.note == ""
     codes = torch.randint(0, 64, (1, 4, 4))
-    grid = pipe.layout.image_ids[0] + (63 - codes)          # the tiny vocabulary maps ids in reverse
+    grid = pipe.layout.image_ids[0] + (63 - codes)  # the tiny vocabulary maps ids in reverse
     from jacobigen.models.families.base import to_pil
 
     with torch.no_grad():
@@ -254,8 +277,22 @@ def test_llamagen_checkpoint_roundtrip_and_cli(tmp_path):
     assert torch.equal(a.tokens, b.tokens)
     assert np.array_equal(np.asarray(img_a[0]), np.asarray(img_b[0]))
     out = tmp_path / "out.png"
-    res = CliRunner().invoke(main, ["generate", "--model", f"llamagen:{tmp_path}", "3", "--method", "scd-mc+pac",
-                                    "--window", "8", "--out", str(out), "--no-progress"])
+    res = CliRunner().invoke(
+        main,
+        [
+            "generate",
+            "--model",
+            f"llamagen:{tmp_path}",
+            "3",
+            "--method",
+            "scd-mc+pac",
+            "--window",
+            "8",
+            "--out",
+            str(out),
+            "--no-progress",
+        ],
+    )
     assert res.exit_code == 0, res.output
     assert out.is_file() and "step compression" in res.output
 
@@ -266,7 +303,7 @@ def test_llamagen_rope_is_2d_and_zero_for_condition_tokens():
 
     m = fm.llamagen("c2i")
     c = m.config
-    tokens = torch.tensor([[c.vocab_size + 3, 5, 6, 7, 8, 9]])        # class token then 5 image tokens
+    tokens = torch.tensor([[c.vocab_size + 3, 5, 6, 7, 8, 9]])  # class token then 5 image tokens
     cos, sin = m.rope(tokens, torch.arange(6)[None], None)
     x = torch.randn(1, 6, 1, c.head_dim)
     got = rotate_pairs(x, (cos, sin))
@@ -285,7 +322,7 @@ def test_llamagen_rope_is_2d_and_zero_for_condition_tokens():
 def test_llamagen_t2i_bank_holds_one_calls_prompts():
     _, pipe = llamagen_pipe("t2i")
     one, _ = pipe.generate(["a red cat"] * 2, method="ar", top_k=1, seed=[0, 0])
-    assert torch.equal(one.tokens[0], one.tokens[1])   # repeated prompt: same slot, same tokens
+    assert torch.equal(one.tokens[0], one.tokens[1])  # repeated prompt: same slot, same tokens
     bank = pipe.model.config.bank_prompts
     pipe.generate([f"a blue dog {i}" for i in range(bank)], method="ar", top_k=1)
     again, _ = pipe.generate("a red cat", method="ar", top_k=1, seed=0)

@@ -22,6 +22,7 @@ pytest.importorskip("transformers")
 
 # --- Lumina-mGPT / Chameleon ------------------------------------------------------------------------
 
+
 def lumina_checkpoint(directory, shards: int):
     """A tiny Chameleon saved as Lumina-mGPT saves it: q/k-norm weight and bias [shards, head_dim],
     each shard's row repeated over its heads at run time. Returns the equivalent in-memory model."""
@@ -45,7 +46,7 @@ def lumina_checkpoint(directory, shards: int):
     return hf
 
 
-@pytest.mark.parametrize("shards", [1, 2])   # 7B: one shard for all heads; 34B-like: several
+@pytest.mark.parametrize("shards", [1, 2])  # 7B: one shard for all heads; 34B-like: several
 def test_lumina_per_shard_qk_norms_load_and_normalise_like_lumina(tmp_path, shards):
     from jacobigen.models.families.chameleon import chameleon_adapter
 
@@ -69,8 +70,10 @@ def test_chameleon_other_shape_mismatches_are_weights_errors(tmp_path):
         load_pipeline(f"chameleon:{tmp_path}?size=64")
 
 
-@pytest.mark.parametrize("folder,rows", [("Lumina-mGPT-7B-512", 32), ("Lumina-mGPT-7B-1024", 64),
-                                         ("Lumina-mGPT-7B-768-Omni", 48), ("my-lumina", 48)])
+@pytest.mark.parametrize(
+    "folder,rows",
+    [("Lumina-mGPT-7B-512", 32), ("Lumina-mGPT-7B-1024", 64), ("Lumina-mGPT-7B-768-Omni", 48), ("my-lumina", 48)],
+)
 def test_lumina_resolution_comes_from_the_release_name(tmp_path, folder, rows):
     hf, tok = fm.chameleon()
     hf.save_pretrained(tmp_path / folder)
@@ -80,6 +83,7 @@ def test_lumina_resolution_comes_from_the_release_name(tmp_path, folder, rows):
 
 
 # --- Anole ----------------------------------------------------------------------------------------
+
 
 def test_anole_prompt_layout_and_sampling_follow_anole(tmp_path):
     """<s> text <reserved08706> <racm3:break>, then 32 x 32 codes and <eoss>: no size, no EOL tokens."""
@@ -93,13 +97,14 @@ def test_anole_prompt_layout_and_sampling_follow_anole(tmp_path):
     assert (prompts.cond, prompts.uncond) == ([[bos, *ids(["a", "red", "cat"]), eot, boi]], [[bos, boi]])
     lay = pipe.layout
     assert (lay.rows, lay.cols, lay.eol_id, lay.end_id, lay.length) == (32, 32, None, eoi, 1025)
-    assert lay.image_ids == (4, 68)                               # the IMGIMG* ids only
+    assert lay.image_ids == (4, 68)  # the IMGIMG* ids only
     assert pipe.defaults == {"cfg": 3.0, "temperature": 0.7, "top_p": 0.9}
     with pytest.raises(ConfigError, match="anole takes no size option"):
         load_pipeline(f"anole:{tmp_path}?size=256")
 
 
 # --- LlamaGen ---------------------------------------------------------------------------------------
+
 
 def save_vq(vq, path):
     torch.save({"model": fm.to_llamagen_vq_keys(vq.state_dict())}, path)
@@ -152,7 +157,7 @@ def test_llamagen_without_its_own_vq_says_so(tmp_path):
 def llamagen_384(directory, name, rope_tables: bool = False):
     m = fm.llamagen("c2i", block_size=24 * 24)
     state = m.state_dict()
-    if rope_tables:     # saved from LlamaGen's vLLM server model: a RoPE table per attention layer
+    if rope_tables:  # saved from LlamaGen's vLLM server model: a RoPE table per attention layer
         for i in range(m.config.n_layer):
             state[f"layers.{i}.attention.freqs_cis"] = torch.zeros(1 + 24 * 24, m.config.head_dim // 2, 2)
     torch.save(state, directory / name)
@@ -176,8 +181,15 @@ def test_llamagen_size_nothing_tells_is_asked_for(tmp_path):
 def test_llamagen_training_checkpoint_loads_only_when_trusted(tmp_path):
     """LlamaGen's train_c2i.py saves {"model", "optimizer", "steps", "args": argparse.Namespace}."""
     m = fm.llamagen("c2i")
-    args = argparse.Namespace(gpt_model="GPT-B", gpt_type="c2i", image_size=64, downsample_size=16,
-                              cls_token_num=1, num_classes=10, vocab_size=64)
+    args = argparse.Namespace(
+        gpt_model="GPT-B",
+        gpt_type="c2i",
+        image_size=64,
+        downsample_size=16,
+        cls_token_num=1,
+        num_classes=10,
+        vocab_size=64,
+    )
     ckpt = tmp_path / "0005000.pt"
     torch.save({"model": m.state_dict(), "optimizer": {}, "steps": 5000, "args": args}, ckpt)
     fm.llamagen_arch_json(tmp_path)
@@ -185,12 +197,23 @@ def test_llamagen_training_checkpoint_loads_only_when_trusted(tmp_path):
         load_pipeline(f"llamagen:{ckpt}")
     assert "argparse.Namespace" in str(err.value) and "run code" in str(err.value)
     pipe = load_pipeline(f"llamagen:{ckpt}", trust_checkpoint=True)
-    assert (pipe.layout.rows, pipe.layout.cols) == (4, 4)          # image_size 64 / 16, from the args
+    assert (pipe.layout.rows, pipe.layout.cols) == (4, 4)  # image_size 64 / 16, from the args
     prompts = pipe.encode("3")
     kw = dict(layout=pipe.layout, method="ar", top_k=1, cfg=4.0, uncond=prompts.uncond)
     assert torch.equal(generate(pipe.model, prompts.cond, **kw).tokens, generate(m, prompts.cond, **kw).tokens)
-    cli = ["generate", "--model", f"llamagen:{ckpt}", "3", "--method", "sjd", "--window", "8", "--no-progress",
-           "--out", str(tmp_path / "out.png")]
+    cli = [
+        "generate",
+        "--model",
+        f"llamagen:{ckpt}",
+        "3",
+        "--method",
+        "sjd",
+        "--window",
+        "8",
+        "--no-progress",
+        "--out",
+        str(tmp_path / "out.png"),
+    ]
     refused = CliRunner().invoke(main, cli)
     assert refused.exit_code != 0 and "--trust-checkpoint" in refused.output
     assert CliRunner().invoke(main, cli + ["--trust-checkpoint"]).exit_code == 0
@@ -222,6 +245,7 @@ def test_llamagen_c2i_defaults_are_its_demo_settings():
 
 # --- Janus and pixels --------------------------------------------------------------------------------
 
+
 class RecordingTokenizer:
     def __init__(self, tok):
         self.tok, self.texts = tok, []
@@ -242,7 +266,7 @@ def test_janus_strips_the_prompt_like_its_chat_template():
     pipe = janus_pipeline(hf, rec)
     rec.texts.clear()
     pipe.encode("  a red cat \n")
-    assert set(rec.texts) == {"<|User|>: a red cat\n\n<|Assistant|>:"}   # cond and its padded uncond
+    assert set(rec.texts) == {"<|User|>: a red cat\n\n<|Assistant|>:"}  # cond and its padded uncond
 
 
 def test_pixels_truncate_or_round_as_each_original_does():
@@ -250,7 +274,7 @@ def test_pixels_truncate_or_round_as_each_original_does():
 
     x = torch.tensor([-1.5, -1.0, -0.2, 0.3, 0.77, 0.9999, 1.0, 2.0]).view(1, 1, 1, -1).expand(1, 3, 1, -1)
     unit = ((x.clamp(-1, 1) + 1) / 2).numpy()[0].transpose(1, 2, 0)
-    truncated = (unit * 255).astype(np.uint8)                   # Lumina/Chameleon, Janus, Emu3
+    truncated = (unit * 255).astype(np.uint8)  # Lumina/Chameleon, Janus, Emu3
     rounded = np.clip(unit * 255 + 0.5, 0, 255).astype(np.uint8)  # LlamaGen (torchvision save_image)
     assert np.array_equal(np.asarray(to_pil(x)[0]), truncated)
     assert np.array_equal(np.asarray(to_pil(x, rounded=True)[0]), rounded)

@@ -45,8 +45,10 @@ def shapes(n, seed):
 def test_inception_fid_is_zero_on_itself_and_large_against_noise():
     discs = fid.features(shapes(6, 0), device="cpu")
     other_discs = fid.features(shapes(6, 1), device="cpu")
-    noise = fid.features([Image.fromarray(np.random.default_rng(i).integers(0, 256, (64, 64, 3), np.uint8))
-                          for i in range(6)], device="cpu")
+    noise = fid.features(
+        [Image.fromarray(np.random.default_rng(i).integers(0, 256, (64, 64, 3), np.uint8)) for i in range(6)],
+        device="cpu",
+    )
     assert discs.shape == (6, 2048)
     assert fid.frechet_distance(discs, discs) == pytest.approx(0, abs=1e-3)
     assert fid.frechet_distance(discs, noise) > 2 * fid.frechet_distance(discs, other_discs) > 0
@@ -66,7 +68,7 @@ def test_heldout_reference_ships_with_the_package():
     captions, images = heldout_reference()
     assert len(captions) == len(images) > 500
     assert {im.size for im in images} == {(64, 64)}
-    assert all(np.asarray(im).std() > 0 for im in images[:20])    # tiles, not blank padding
+    assert all(np.asarray(im).std() > 0 for im in images[:20])  # tiles, not blank padding
 
 
 def test_fid_figures_are_computed_from_the_images():
@@ -83,5 +85,5 @@ def test_fid_figures_are_computed_from_the_images():
     other_model, _ = figures(1, shapes(3, 0))
     other_data, _ = figures(0, shapes(3, 1))
     assert [r[0] for r in other_model] != [r[0] for r in base]
-    assert [r[0] for r in other_data] == [r[0] for r in base]             # same model, same ar figures
+    assert [r[0] for r in other_data] == [r[0] for r in base]  # same model, same ar figures
     assert [r[1] for r in other_data] != [r[1] for r in base]

@@ -19,10 +19,15 @@ SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu" / "measure.p
 def test_tiny_run_writes_curve_and_preset_rows(tmp_path):
     import jacobigen
 
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}   # tiny model: one thread is faster and steadier
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}  # tiny model: one thread is faster and steadier
     env.pop("OUT", None)
-    proc = subprocess.run([sys.executable, str(SCRIPT), "--tiny", "--device", "cpu", "--out", str(tmp_path),
-                           "--skip-embedded"], capture_output=True, text=True, timeout=120, env=env)
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), "--tiny", "--device", "cpu", "--out", str(tmp_path), "--skip-embedded"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     report = json.loads((tmp_path / "measure.json").read_text())
     assert (tmp_path / "measure.md").read_text().startswith("# GPU measurements")
@@ -40,7 +45,7 @@ def test_tiny_run_writes_curve_and_preset_rows(tmp_path):
     lossless = [n for n, m in jacobigen.METHODS.items() if m.lossless]
     done = {(r["method"], r["window"]) for r in over["runs"]} | {(s["method"], s["window"]) for s in over["skipped"]}
     expected = {(n, 1 if jacobigen.METHODS[n].window else w) for n in lossless for w in (16, 32)}
-    expected.add(("sjd-pac[tree_budget=full,window=64]", 64))      # the reference tree, pinned window
+    expected.add(("sjd-pac[tree_budget=full,window=64]", 64))  # the reference tree, pinned window
     assert done == expected
     assert over["runs"], "every preset skipped"
     for r in over["runs"]:
@@ -54,8 +59,20 @@ def test_a_failing_part_keeps_the_others(tmp_path):
     spec = importlib.util.spec_from_file_location("gpu_measure", SCRIPT)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    report = mod.main(["--tiny", "--device", "cpu", "--out", str(tmp_path), "--skip-embedded",
-                       "--sizes", "1,2", "--methods", "no-such-method"])
+    report = mod.main(
+        [
+            "--tiny",
+            "--device",
+            "cpu",
+            "--out",
+            str(tmp_path),
+            "--skip-embedded",
+            "--sizes",
+            "1,2",
+            "--methods",
+            "no-such-method",
+        ]
+    )
     assert report["overhead"]["status"] == "error" and "no-such-method" in report["overhead"]["error"]
     assert report["cost_curve"]["status"] == "ok" and len(report["cost_curve"]["points"]) == 2
     on_disk = json.loads((tmp_path / "measure.json").read_text())

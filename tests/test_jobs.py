@@ -29,7 +29,11 @@ def test_prompt_file_parsing(tmp_path):
     assert read_prompts(f) == ["red heart", "blue car"]
     jobs = plan(read_prompts(f), num_images=2, seed=10)
     assert [(j.index, j.prompt, j.seed) for j in jobs] == [
-        (0, "red heart", 10), (1, "red heart", 11), (2, "blue car", 12), (3, "blue car", 13)]
+        (0, "red heart", 10),
+        (1, "red heart", 11),
+        (2, "blue car", 12),
+        (3, "blue car", 13),
+    ]
     f.write_text("# nothing\n")
     with pytest.raises(ConfigError, match="no prompts"):
         read_prompts(f)
@@ -67,8 +71,22 @@ def test_local_run_is_idempotent(tmp_path):
 def test_cli_prompts_file(tmp_path):
     f = tmp_path / "prompts.txt"
     f.write_text("red heart\nblue car\n")
-    args = ["generate", "--model", "random", "--prompts", str(f), "--num-images", "2", "--batch-size", "3",
-            "--window", "8", "--out-dir", str(tmp_path / "out"), "--no-progress"]
+    args = [
+        "generate",
+        "--model",
+        "random",
+        "--prompts",
+        str(f),
+        "--num-images",
+        "2",
+        "--batch-size",
+        "3",
+        "--window",
+        "8",
+        "--out-dir",
+        str(tmp_path / "out"),
+        "--no-progress",
+    ]
     res = CliRunner().invoke(main, args)
     assert res.exit_code == 0, res.output
     assert "4 image(s): 0 already" in res.output
@@ -93,12 +111,11 @@ def test_ray_survives_a_killed_worker(tmp_path):
             os.kill(victim, signal.SIGKILL)
             killed.append(victim)
 
-    run = run_ray("random", jobs, out, workers=2, chunk=1, on_start=pids.extend, on_result=kill_busy_worker,
-                  **OPTIONS)
+    run = run_ray("random", jobs, out, workers=2, chunk=1, on_start=pids.extend, on_result=kill_busy_worker, **OPTIONS)
     assert killed and out.pending(jobs) == []
     summary = out.summarise(jobs, **run)
     assert summary["images"] == 6 and summary["missing"] == 0
-    assert run["restarts"] >= 1     # a fresh process took over the dead worker's chunk
+    assert run["restarts"] >= 1  # a fresh process took over the dead worker's chunk
 
 
 def test_cli_job_errors_are_clear(tmp_path):
@@ -110,16 +127,29 @@ def test_cli_job_errors_are_clear(tmp_path):
 
 def test_cli_rerun_with_other_settings_redoes_the_images(tmp_path):
     f = tmp_path / "prompts.txt"
-    f.write_text("\ufeffred heart\nblue car\n")           # a byte-order mark is not part of the prompt
-    args = ["generate", "--model", "random", "--prompts", str(f), "--window", "8", "--out-dir", str(tmp_path / "out"),
-            "--no-progress"]
+    f.write_text("\ufeffred heart\nblue car\n")  # a byte-order mark is not part of the prompt
+    args = [
+        "generate",
+        "--model",
+        "random",
+        "--prompts",
+        str(f),
+        "--window",
+        "8",
+        "--out-dir",
+        str(tmp_path / "out"),
+        "--no-progress",
+    ]
     assert CliRunner().invoke(main, args).exit_code == 0
     rec = json.loads((tmp_path / "out" / "00000.json").read_text())
     assert rec["prompt"] == "red heart" and rec["method"] == "sjd" and rec["weights"] == "random:seed=0"
     again = CliRunner().invoke(main, args + ["--method", "scd-mc"])
     assert again.exit_code == 0, again.output
-    assert "0 already in" in again.output and "redoing 2 image(s)" in again.output and "'sjd', now 'scd-mc'" in \
-        again.output
+    assert (
+        "0 already in" in again.output
+        and "redoing 2 image(s)" in again.output
+        and "'sjd', now 'scd-mc'" in again.output
+    )
     assert json.loads((tmp_path / "out" / "00001.json").read_text())["method"] == "scd-mc"
 
 
@@ -159,8 +189,19 @@ def test_killed_prompt_run_resumes_with_nothing_lost_or_redone(tmp_path):
     f = tmp_path / "prompts.txt"
     f.write_text("".join(f"prompt {i}\n" for i in range(8)))
     out = tmp_path / "out"
-    args = _cli("--model", "random", "--prompts", str(f), "--window", "8", "--chunk", "1", "--out-dir", str(out),
-                "--no-progress")
+    args = _cli(
+        "--model",
+        "random",
+        "--prompts",
+        str(f),
+        "--window",
+        "8",
+        "--chunk",
+        "1",
+        "--out-dir",
+        str(out),
+        "--no-progress",
+    )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(SRC), os.environ.get("PYTHONPATH")]))}
     rnd = random.Random(19)
     seen: dict = {}
@@ -168,12 +209,12 @@ def test_killed_prompt_run_resumes_with_nothing_lost_or_redone(tmp_path):
         proc = subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         _kill_during_work(proc, out, len(seen), rnd)
         now = _snapshot(out)
-        assert all(now[k] == v for k, v in seen.items())          # nothing finished was touched
+        assert all(now[k] == v for k, v in seen.items())  # nothing finished was touched
         seen = now
-    assert len(seen) >= 3                                         # each kill came after an image
+    assert len(seen) >= 3  # each kill came after an image
     res = subprocess.run(args, env=env, capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr
     assert f"8 image(s): {len(seen)} already in" in res.stdout and f"made {8 - len(seen)} in" in res.stdout
     final = _snapshot(out)
     assert len(final) == 8 and all(final[k] == v for k, v in seen.items())
-    assert not list(out.glob(".*.tmp"))                           # killed runs' temporaries swept
+    assert not list(out.glob(".*.tmp"))  # killed runs' temporaries swept

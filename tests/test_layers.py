@@ -20,9 +20,9 @@ LAYERS = ("core", "parts", "decode", "models", "tools", "cli")
 
 @dataclass(frozen=True)
 class Import:
-    source: str          # importing module, dotted
-    target: str          # imported module (or package), dotted
-    module_level: bool   # runs when the source is imported (not in a function, not under TYPE_CHECKING)
+    source: str  # importing module, dotted
+    target: str  # imported module (or package), dotted
+    module_level: bool  # runs when the source is imported (not in a function, not under TYPE_CHECKING)
     line: int
 
 
@@ -36,8 +36,9 @@ def modules(src: Path, package: str = PACKAGE) -> dict[str, Path]:
 
 
 def _type_checking(test: ast.expr) -> bool:
-    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or \
-        (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
 
 
 def _walk(body: list[ast.stmt], module_level: bool):
@@ -50,7 +51,7 @@ def _walk(body: list[ast.stmt], module_level: bool):
         elif isinstance(node, ast.If) and _type_checking(node.test):
             yield from _walk(node.body, False)
             yield from _walk(node.orelse, module_level)
-        else:   # class bodies, if/try/with blocks: run when the module is imported
+        else:  # class bodies, if/try/with blocks: run when the module is imported
             for field in ("body", "orelse", "finalbody", "handlers"):
                 inner = getattr(node, field, None)
                 if isinstance(inner, list):
@@ -72,13 +73,13 @@ def imports(src: Path, package: str = PACKAGE) -> list[Import]:
                 if node.level:
                     if node.level - 1 > len(here) - 1:
                         raise ValueError(f"{path}:{node.lineno}: relative import beyond the package")
-                    base = ".".join(here[:len(here) - (node.level - 1)] + ([node.module] if node.module else []))
+                    base = ".".join(here[: len(here) - (node.level - 1)] + ([node.module] if node.module else []))
                 else:
                     base = node.module or ""
                 targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in known else base for a in node.names]
             for t in dict.fromkeys(targets):
                 if t == package or t.startswith(package + "."):
-                    while t not in known and "." in t:    # `import jacobigen.x.attr`: the module
+                    while t not in known and "." in t:  # `import jacobigen.x.attr`: the module
                         t = t.rsplit(".", 1)[0]
                     out.append(Import(name, t, module_level, node.lineno))
     return out
@@ -102,8 +103,10 @@ def upward(edges: list[Import], package: str = PACKAGE) -> list[str]:
         src = layer(e.source, package)
         dst = len(LAYERS) if e.target == package else layer(e.target, package)
         if src is not None and dst is not None and dst > src:
-            bad.append(f"{e.source} (layer {LAYERS[src]}) imports {e.target} (layer "
-                       f"{LAYERS[dst] if dst < len(LAYERS) else 'the package __init__'}) at line {e.line}")
+            bad.append(
+                f"{e.source} (layer {LAYERS[src]}) imports {e.target} (layer "
+                f"{LAYERS[dst] if dst < len(LAYERS) else 'the package __init__'}) at line {e.line}"
+            )
     return bad
 
 
@@ -121,7 +124,7 @@ def cycles(edges: list[Import]) -> list[list[str]]:
     on_stack: set[str] = set()
     found = []
 
-    def visit(v: str) -> None:       # Tarjan's algorithm (the graph has ~60 nodes: recursion is fine)
+    def visit(v: str) -> None:  # Tarjan's algorithm (the graph has ~60 nodes: recursion is fine)
         index[v] = low[v] = len(index)
         stack.append(v)
         on_stack.add(v)
@@ -150,9 +153,10 @@ def cycles(edges: list[Import]) -> list[list[str]]:
 
 # --- the package itself
 
+
 def test_every_module_is_in_a_layer():
     for name in modules(SRC):
-        layer(name)       # raises for a module outside the layer packages
+        layer(name)  # raises for a module outside the layer packages
 
 
 def test_no_import_from_a_later_layer():
@@ -176,6 +180,7 @@ def test_layers_match_the_design_map():
 
 # --- the checker can fail
 
+
 def _write(root: Path, files: dict[str, str]) -> Path:
     for rel, text in files.items():
         path = root / PACKAGE / rel
@@ -185,18 +190,21 @@ def _write(root: Path, files: dict[str, str]) -> Path:
 
 
 def test_checker_finds_a_later_layer_import_and_a_cycle(tmp_path):
-    src = _write(tmp_path, {
-        "__init__.py": "from .tools import t  # the package __init__ may import anything\n",
-        "cli.py": "from .tools.t import x\n",
-        "core/__init__.py": "",
-        "core/a.py": "from . import b\n\ndef f():\n    from ..decode.d import g   # later layer, in a function\n",
-        "core/b.py": "import jacobigen.core.a\n",                       # a <-> b at module level
-        "decode/__init__.py": "",
-        "decode/d.py": "from ..core.a import f\nfrom .. import cli\n",      # cli: later layer
-        "tools/__init__.py": "",
-        "tools/t.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from ..decode import d\n"
-                      "def h():\n    from ..core import a\nx = 1\n",
-    })
+    src = _write(
+        tmp_path,
+        {
+            "__init__.py": "from .tools import t  # the package __init__ may import anything\n",
+            "cli.py": "from .tools.t import x\n",
+            "core/__init__.py": "",
+            "core/a.py": "from . import b\n\ndef f():\n    from ..decode.d import g   # later layer, in a function\n",
+            "core/b.py": "import jacobigen.core.a\n",  # a <-> b at module level
+            "decode/__init__.py": "",
+            "decode/d.py": "from ..core.a import f\nfrom .. import cli\n",  # cli: later layer
+            "tools/__init__.py": "",
+            "tools/t.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from ..decode import d\n"
+            "def h():\n    from ..core import a\nx = 1\n",
+        },
+    )
     edges = imports(src)
     assert {(e.source, e.target, e.module_level) for e in edges} == {
         ("jacobigen", "jacobigen.tools.t", True),
@@ -219,12 +227,25 @@ def test_checker_finds_a_later_layer_import_and_a_cycle(tmp_path):
 def test_checker_on_a_fabricated_graph():
     def e(a, b, top=True):
         return Import(f"{PACKAGE}.{a}", f"{PACKAGE}.{b}", top, 1)
-    fine = [e("parts.p", "core.c"), e("decode.d", "parts.p"), e("tools.t", "models.m", False), e("cli", "tools.t"),
-            e("core.c", "core.r"), e("core.r", "core.c", False)]        # a function-level import back: no cycle
+
+    fine = [
+        e("parts.p", "core.c"),
+        e("decode.d", "parts.p"),
+        e("tools.t", "models.m", False),
+        e("cli", "tools.t"),
+        e("core.c", "core.r"),
+        e("core.r", "core.c", False),
+    ]  # a function-level import back: no cycle
     assert upward(fine) == [] and cycles(fine) == []
-    bad = fine + [e("core.c", "parts.p", False), e("models.m", "models.n"), e("models.n", "models.k"),
-                  e("models.k", "models.m"), e("core.r", "core.r")]
+    bad = fine + [
+        e("core.c", "parts.p", False),
+        e("models.m", "models.n"),
+        e("models.n", "models.k"),
+        e("models.k", "models.m"),
+        e("core.r", "core.r"),
+    ]
     assert upward(bad) == ["jacobigen.core.c (layer core) imports jacobigen.parts.p (layer parts) at line 1"]
     assert cycles(bad) == [["jacobigen.core.r"], ["jacobigen.models.k", "jacobigen.models.m", "jacobigen.models.n"]]
-    assert upward([Import("jacobigen.core.c", "jacobigen", True, 3)]) == \
-        ["jacobigen.core.c (layer core) imports jacobigen (layer the package __init__) at line 3"]
+    assert upward([Import("jacobigen.core.c", "jacobigen", True, 3)]) == [
+        "jacobigen.core.c (layer core) imports jacobigen (layer the package __init__) at line 3"
+    ]

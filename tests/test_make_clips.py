@@ -11,7 +11,7 @@ from PIL import Image
 
 SPEC = importlib.util.spec_from_file_location("make_clips", Path(__file__).parents[1] / "training" / "make_clips.py")
 mc = importlib.util.module_from_spec(SPEC)
-sys.modules["make_clips"] = mc        # dataclasses look their module up while the file runs
+sys.modules["make_clips"] = mc  # dataclasses look their module up while the file runs
 SPEC.loader.exec_module(mc)
 
 

@@ -35,14 +35,17 @@ def tiny():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("method,rows,cols,eol,sampling,window", [
-    ("pjd", 2, 3, True, "plain", 3),
-    ("pjd+scd-mc", 2, 3, False, "cfg-topp", 8),
-    ("pjd", 3, 2, True, "cfg-topp", 4),
-    ("pjd+scd-mc", 3, 2, False, "plain", 4),
-    ("pjd+scd-mc+pac", 2, 3, True, "plain", 4),
-    ("pjd+scd-mc+vp", 2, 3, True, "cfg-topp", 4),
-])
+@pytest.mark.parametrize(
+    "method,rows,cols,eol,sampling,window",
+    [
+        ("pjd", 2, 3, True, "plain", 3),
+        ("pjd+scd-mc", 2, 3, False, "cfg-topp", 8),
+        ("pjd", 3, 2, True, "cfg-topp", 4),
+        ("pjd+scd-mc", 3, 2, False, "plain", 4),
+        ("pjd+scd-mc+pac", 2, 3, True, "plain", 4),
+        ("pjd+scd-mc+vp", 2, 3, True, "cfg-topp", 4),
+    ],
+)
 def test_one_row_at_a_time_is_exact(tiny, method, rows, cols, eol, sampling, window):
     s, lay = SAMPLINGS[sampling], layout(eol, rows, cols)
     options = {"tree_depth": 3, "tree_width": 2} if "pac" in method else {}
@@ -79,10 +82,13 @@ def test_fewer_forwards_than_sjd():
     assert gen.stats.lossless is False
     grid = gen.grid
     assert grid.shape == (2, 16, 16) and int(grid.max()) < 4096
-    assert torch.all(gen.tokens[:, 16:16 * 17:17] == LAYOUT.eol_id) and torch.all(gen.tokens[:, -1] == LAYOUT.end_id)
+    assert torch.all(gen.tokens[:, 16 : 16 * 17 : 17] == LAYOUT.eol_id) and torch.all(
+        gen.tokens[:, -1] == LAYOUT.end_id
+    )
 
 
 # --- the row-causal mask against brute force --------------------------------------------------
+
 
 def recording_decoder(model, lay, parts, records: list) -> JacobiDecoder:
     """A PJD decoder that keeps, for every block forward, the committed counts, the block
@@ -96,6 +102,7 @@ def recording_decoder(model, lay, parts, records: list) -> JacobiDecoder:
         out = real_block(fl, seg, cache)
         records[-1].update(cnt=cnt, node_pos=out.node_pos.clone(), lengths=lengths, mask=out.mask[:, 0])
         return out
+
     rows.block = block
     return dec
 
@@ -120,6 +127,7 @@ def test_row_causal_mask_matches_brute_force(monkeypatch, eol):
     def spy(anchor_pos, shared, node_ok, slot_pos, within=None):
         records.append(dict(anchor_pos=anchor_pos.clone(), node_ok=node_ok.clone(), slot_pos=slot_pos.clone()))
         return real(anchor_pos, shared, node_ok, slot_pos, within)
+
     monkeypatch.setattr(pjd, "row_causal_mask", spy)
     dec.run([TINY_PROMPT] * 4, [0, 1, 2, 3])
 
@@ -135,23 +143,24 @@ def test_row_causal_mask_matches_brute_force(monkeypatch, eol):
             for q in range(a * t1):
                 seg, t = divmod(q, t1)
                 keys = mask[r, q]
-                block = keys[int(rec["lengths"][r]):][:a * t1].nonzero().squeeze(1).tolist()
+                block = keys[int(rec["lengths"][r]) :][: a * t1].nonzero().squeeze(1).tolist()
                 if not rec["node_ok"][r, seg, t]:
-                    assert block == [q] and not keys[:int(rec["lengths"][r])].any()
+                    assert block == [q] and not keys[: int(rec["lengths"][r])].any()
                     continue
                 anchor = int(rec["anchor_pos"][r, seg])
-                seen = [cached[s] for s in keys[:len(cached)].nonzero().squeeze(1).tolist()]
+                seen = [cached[s] for s in keys[: len(cached)].nonzero().squeeze(1).tolist()]
                 seen += [int(positions[r, j]) for j in block]
-                assert seen.count(-1) == base          # the whole prompt
+                assert seen.count(-1) == base  # the whole prompt
                 seen = [p for p in seen if p != -1]
                 want = sorted([p for p in done if p < anchor] + list(range(anchor, anchor + t + 1)))
                 assert sorted(seen) == want, (rec["cnt"][r].tolist(), seg, t)
                 assert set(range(seg * t1, q + 1)) <= set(block)
                 cross_row += any(j // t1 != seg for j in block)
-    assert most_segments >= 3 and cross_row > 0   # several rows in flight; tails shared across rows
+    assert most_segments >= 3 and cross_row > 0  # several rows in flight; tails shared across rows
 
 
 # --- presets, options, command line -----------------------------------------------------------
+
 
 def test_options_resolve_and_validate():
     assert RowParallel().context_for(16) == 8
@@ -173,8 +182,23 @@ def test_presets_are_lossy_and_cli_runs(tmp_path):
         assert not METHODS[name].lossless and METHODS[name].part("layout").name == "pjd"
     listing = CliRunner().invoke(main, ["methods"]).output
     assert any(line.startswith("pjd ") and "lossy" in line for line in listing.splitlines())
-    res = CliRunner().invoke(main, ["generate", "red heart", "--model", "random", "--method", "pjd",
-                                    "--window", "8", "-o", "pjd_context=8", "--out", str(tmp_path / "x.png"),
-                                    "--no-progress"])
+    res = CliRunner().invoke(
+        main,
+        [
+            "generate",
+            "red heart",
+            "--model",
+            "random",
+            "--method",
+            "pjd",
+            "--window",
+            "8",
+            "-o",
+            "pjd_context=8",
+            "--out",
+            str(tmp_path / "x.png"),
+            "--no-progress",
+        ],
+    )
     assert res.exit_code == 0, res.output
     assert "pjd (lossy)" in res.output and "step compression" in res.output

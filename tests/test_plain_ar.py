@@ -34,8 +34,9 @@ def test_plain_loop_matches_ar_when_greedy(pipe, cfg):
     """Different prompt lengths in the CFG pair exercise the left padding."""
     _, prompt, uncond = encode_one(pipe, "a longer prompt than the unconditional one")
     plain = plain_ar(pipe.model, pipe.layout, prompt, uncond, cfg=cfg, top_k=1, seed=0)
-    ar = generate(pipe.model, prompt, layout=pipe.layout, uncond=uncond, cfg=cfg, method="ar", top_k=1,
-                  seed=5).tokens[0]
+    ar = generate(pipe.model, prompt, layout=pipe.layout, uncond=uncond, cfg=cfg, method="ar", top_k=1, seed=5).tokens[
+        0
+    ]
     assert torch.equal(plain, ar)
 
 

@@ -56,7 +56,7 @@ def test_verifier_commits_only_supported_tokens(case):
     for i in range(b):
         ki = int(k[i])
         assert support(p[i, :ki], d[i, :ki]) and float(p[i, ki, x[i]]) > 0
-        assert path[i, :ki + 1].tolist() == list(range(ki + 1))
+        assert path[i, : ki + 1].tolist() == list(range(ki + 1))
 
 
 @settings(max_examples=150, deadline=None)
@@ -77,13 +77,18 @@ def test_drafters_stay_in_belief_support(case, kind):
     draws = draws_for(b, seed)
     pos = torch.arange(w)[None].expand(b, -1) + 3
     old = draws.sample(q, pos, 9)
-    drafter = {"independent": Independent(), "mc": Coupled(), "gs": GumbelShared(),
-               "vp": VerificationPrior(Coupled(), history=2, growth_steps=1, weight=5.0)}[kind]
+    drafter = {
+        "independent": Independent(),
+        "mc": Coupled(),
+        "gs": GumbelShared(),
+        "vp": VerificationPrior(Coupled(), history=2, growth_steps=1, weight=5.0),
+    }[kind]
     drafter.start(b, w, v, "cpu")
     belief = p[:, :w]
     for _ in range(3):  # VP needs history before it fuses
-        tokens, q_new = drafter.draft(Slots(pos, belief, torch.ones(b, w, dtype=torch.bool), old, q,
-                                            torch.ones(b, w, dtype=torch.bool)), draws)
+        tokens, q_new = drafter.draft(
+            Slots(pos, belief, torch.ones(b, w, dtype=torch.bool), old, q, torch.ones(b, w, dtype=torch.bool)), draws
+        )
         assert not q_new.isnan().any()
         torch.testing.assert_close(q_new.sum(-1), torch.ones(b, w))
         assert support(q_new, tokens) and support(belief, tokens)

@@ -31,7 +31,7 @@ class Sharpened(Drafter):
         self.power = number("sharp_power", self.power, 0, 4, lo_open=True)
 
     def draft(self, slots, draws):
-        q = slots.belief ** self.power
+        q = slots.belief**self.power
         q = q / q.sum(-1, keepdim=True)
         return draws.sample(q, slots.positions, Stream.DRAFT), q
 
@@ -61,8 +61,9 @@ def test_its_option_is_checked(value):
 
 
 def test_its_option_is_checked_before_the_model_loads():
-    res = CliRunner().invoke(main, ["generate", "x", "--model", "random", "--method", "sharp+pac",
-                                    "-o", "sharp_power=9"])
+    res = CliRunner().invoke(
+        main, ["generate", "x", "--model", "random", "--method", "sharp+pac", "-o", "sharp_power=9"]
+    )
     assert res.exit_code == 2 and "sharp_power must be a finite number in (0, 4], got 9" in res.output
 
 
@@ -92,19 +93,28 @@ def test_method_strings_name_parts():
     assert get_method("pac+scd-mc").parts == METHODS["sjd-pac"].parts
     assert get_method("vp").parts == METHODS["sjd-vp"].parts
     assert not get_method("scd-gs+lantern").lossless and not get_method("pjd+scd-gs").lossless
-    assert get_method("pjd+scd-gs+pac").options["tree_budget"] == 3     # PJD's rows take a numbered tree
+    assert get_method("pjd+scd-gs+pac").options["tree_budget"] == 3  # PJD's rows take a numbered tree
     assert get_method("scd-gs+pac").options["tree_budget"] == "auto"
-    for text, match in [("scd-mc+scd-gs", "names 2 drafters"), ("gsd+lantern", "names 2 verifiers"),
-                        ("sjd+sjd", "twice"), ("sjd+nope", "unknown method 'sjd\\+nope'"), ("sjd+", "unknown")]:
+    for text, match in [
+        ("scd-mc+scd-gs", "names 2 drafters"),
+        ("gsd+lantern", "names 2 verifiers"),
+        ("sjd+sjd", "twice"),
+        ("sjd+nope", "unknown method 'sjd\\+nope'"),
+        ("sjd+", "unknown"),
+    ]:
         with pytest.raises(ConfigError, match=match):
             get_method(text)
 
 
 def test_registration_keeps_names_and_options_apart():
-    for args, match in [(("sjd", "drafter", "x"), "taken"), (("a+b", "drafter", "x"), "taken"),
-                        (("fresh", "schedule", "x"), "kind"), (("fresh", "tree", "x", "sharp_"), "sharp_power")]:
+    for args, match in [
+        (("sjd", "drafter", "x"), "taken"),
+        (("a+b", "drafter", "x"), "taken"),
+        (("fresh", "schedule", "x"), "kind"),
+        (("fresh", "tree", "x", "sharp_"), "sharp_power"),
+    ]:
         with pytest.raises(ConfigError, match=match):
             register(*args)(Sharpened)
     assert "fresh" not in PARTS
-    register("sharper", "drafter", "x", "sharp_")(Sharpened)     # two drafters never meet: they may share options
+    register("sharper", "drafter", "x", "sharp_")(Sharpened)  # two drafters never meet: they may share options
     del PARTS["sharper"]

@@ -31,8 +31,9 @@ def run(setup, method, window=4, **opts):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("method,opts", [("gsd", {"gsd_k": 0}), ("lantern", {"lantern_k": 0}),
-                                         ("lantern", {"lantern_delta": 0.0})])
+@pytest.mark.parametrize(
+    "method,opts", [("gsd", {"gsd_k": 0}), ("lantern", {"lantern_k": 0}), ("lantern", {"lantern_delta": 0.0})]
+)
 def test_zero_relaxation_is_exact(setup, method, opts):
     ex, samples = run(setup, method, **opts)
     assert gof_pvalue(ex, samples) > 1e-4

@@ -18,8 +18,10 @@ def test_uniforms_are_uniform_and_key_sensitive():
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.sampled_from([0.0, 0.0, 1e-12, 0.3, 1.0, 5.0]), min_size=1, max_size=12),
-       st.floats(min_value=1e-12, max_value=1 - 1e-12))
+@given(
+    st.lists(st.sampled_from([0.0, 0.0, 1e-12, 0.3, 1.0, 5.0]), min_size=1, max_size=12),
+    st.floats(min_value=1e-12, max_value=1 - 1e-12),
+)
 def test_categorical_stays_in_support(weights, u):
     p = torch.tensor(weights)
     if p.sum() == 0:
@@ -39,6 +41,7 @@ def test_categorical_matches_probabilities():
 
 def test_hash_matches_python_integers():
     """The int64 evaluation (wrapping products) equals the 32-bit hash computed exactly."""
+
     def mix(x):
         x ^= x >> 16
         x = x * 0x7FEB352D & 0xFFFFFFFF
@@ -51,6 +54,7 @@ def test_hash_matches_python_integers():
         for k in keys:
             h = mix((h ^ (k & 0xFFFFFFFF)) + 0x632BE5AB & 0xFFFFFFFF)
         return h
+
     keys = [(0, 0, 0), (2**32 - 1, 7, 3), (123456789, 2**31 + 5, 9), (-5, 40, 2)]
     for k in keys:
         assert int(rng.hash_keys(*(torch.tensor(x) for x in k))) == reference(*k)
@@ -58,8 +62,7 @@ def test_hash_matches_python_integers():
 
 def test_small_and_large_paths_agree(monkeypatch):
     """Small CPU key sets hash in NumPy, large ones in torch: the values must be the same."""
-    keys = (torch.tensor([3, 2**33 + 7, -4])[:, None], torch.arange(40)[None] + 10,
-            torch.tensor([5, 6, 7])[:, None], 2)
+    keys = (torch.tensor([3, 2**33 + 7, -4])[:, None], torch.arange(40)[None] + 10, torch.tensor([5, 6, 7])[:, None], 2)
     small = rng.uniform(rng.Stream.ACCEPT, *keys)
     one = rng.uniform(rng.Stream.ACCEPT, torch.tensor([[-4]]), torch.tensor([[17]]), torch.tensor([[7]]), 2)
     monkeypatch.setattr(rng, "_SMALL", 0)
@@ -83,8 +86,12 @@ def test_streams_arities_and_kinds_never_share_a_uniform():
 
     values = []
     for s in [v for k, v in vars(rng.Stream).items() if k.isupper()]:
-        values += [rng.uniform(s, seed, pos[..., 0], it[..., 0]), rng.uniform(s, seed, pos, it, tok),
-                   behind_gumbel(s, seed, pos, it, tok), behind_gumbel(s, seed, pos[..., 0], tok[0])]
+        values += [
+            rng.uniform(s, seed, pos[..., 0], it[..., 0]),
+            rng.uniform(s, seed, pos, it, tok),
+            behind_gumbel(s, seed, pos, it, tok),
+            behind_gumbel(s, seed, pos[..., 0], tok[0]),
+        ]
     values = torch.cat([v.flatten() for v in values])
     assert values.numel() > 13_000
     _, counts = torch.unique(values, return_counts=True)

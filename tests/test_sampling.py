@@ -6,7 +6,7 @@ import torch
 from jacobigen.core.layout import ImageLayout
 from jacobigen.core.sampling import SamplingConfig, TargetPipeline
 
-LAYOUT = ImageLayout(2, 3, (0, 6), eol_id=6, end_id=7)   # 9 generated positions, ids 0..9
+LAYOUT = ImageLayout(2, 3, (0, 6), eol_id=6, end_id=7)  # 9 generated positions, ids 0..9
 
 
 def reference(logits, s: SamplingConfig, layout, positions):
@@ -28,11 +28,18 @@ def reference(logits, s: SamplingConfig, layout, positions):
     return torch.where((forced >= 0)[..., None], onehot, p)
 
 
-@pytest.mark.parametrize("s", [SamplingConfig(), SamplingConfig(temperature=0.7, top_k=3),
-                               SamplingConfig(cfg=3.0, top_p=0.8), SamplingConfig(cfg=2.0, top_k=4, top_p=0.9)])
+@pytest.mark.parametrize(
+    "s",
+    [
+        SamplingConfig(),
+        SamplingConfig(temperature=0.7, top_k=3),
+        SamplingConfig(cfg=3.0, top_p=0.8),
+        SamplingConfig(cfg=2.0, top_k=4, top_p=0.9),
+    ],
+)
 def test_pipeline_matches_reference(s):
     torch.manual_seed(0)
-    positions = torch.tensor([[0, 2, 3, 4, 7, 8, 9, 12]])         # free, EOL, end, past the end
+    positions = torch.tensor([[0, 2, 3, 4, 7, 8, 9, 12]])  # free, EOL, end, past the end
     logits = torch.randn(2 if s.guided else 1, positions.shape[1], 10) * 3
     got = TargetPipeline(s, LAYOUT, 10)(logits, positions)
     assert torch.allclose(got.double(), reference(logits, s, LAYOUT, positions), atol=1e-6)

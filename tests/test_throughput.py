@@ -8,8 +8,24 @@ from jacobigen.cli import main
 
 
 def test_throughput_cli_writes_outputs(tmp_path):
-    res = CliRunner().invoke(main, ["throughput", "--model", "random", "--methods", "ar,sjd", "--batch", "1,2",
-                                    "--images", "2", "--window", "4", "--out", str(tmp_path)])
+    res = CliRunner().invoke(
+        main,
+        [
+            "throughput",
+            "--model",
+            "random",
+            "--methods",
+            "ar,sjd",
+            "--batch",
+            "1,2",
+            "--images",
+            "2",
+            "--window",
+            "4",
+            "--out",
+            str(tmp_path),
+        ],
+    )
     assert res.exit_code == 0, res.output
     data = json.loads((tmp_path / "throughput.json").read_text())
     rows = data["rows"]

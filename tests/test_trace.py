@@ -23,7 +23,7 @@ def test_every_token_has_the_iteration_that_committed_it(model, method):
     assert when.max(1).values.tolist() == [n - 1 for n in g.stats.sequence_nfe]
     counts = [torch.bincount(w, minlength=int(w.max()) + 1)[1:] for w in when]
     assert sorted(torch.cat(counts).tolist()) == sorted(g.stats.committed)
-    if not method.startswith("pjd"):                       # a chain commits a prefix each time
+    if not method.startswith("pjd"):  # a chain commits a prefix each time
         assert (when.diff(dim=1) >= 0).all()
     alone = generate(model, [5, 6], method=method, batch_size=1, **KW)
     assert torch.equal(alone.stats.when, when)

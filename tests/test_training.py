@@ -1,5 +1,6 @@
 """The training side of the embedded model: caption variants, the word vocabulary, warm starts,
 and the steering metric's arithmetic (the scripts themselves run for hours; these parts do not)."""
+
 import sys
 from pathlib import Path
 
@@ -53,8 +54,8 @@ def test_warm_start_copies_shared_rows_and_every_other_tensor(tmp_path):
         if tensor.shape == old_state[name].shape:
             assert torch.equal(tensor, old_state[name]), name
         else:
-            assert torch.equal(tensor[:E.UNK], old_state[name][:E.UNK]), name
-            assert tensor[E.UNK:].std() > 0, name
+            assert torch.equal(tensor[: E.UNK], old_state[name][: E.UNK]), name
+            assert tensor[E.UNK :].std() > 0, name
 
 
 def test_retrieval_hits_and_chance():

@@ -21,22 +21,28 @@ def model():
 
 def test_depth_counts_the_root_as_the_reference_does():
     tree = ProactiveTree(3, 4, "full")
-    assert tree.levels == 2 and 1 + tree.levels + tree.off_spine() == 21      # (4^3 - 1) / 3
-    assert ProactiveTree(3, 3, "full").off_spine() + 3 == 13                  # the authors' code default
+    assert tree.levels == 2 and 1 + tree.levels + tree.off_spine() == 21  # (4^3 - 1) / 3
+    assert ProactiveTree(3, 3, "full").off_spine() + 3 == 13  # the authors' code default
     assert tree.carve(64) == (2, 18) and tree.carve(21) == (2, 18)
     with pytest.raises(ConfigError, match="at least 21"):
         tree.carve(20)
     assert ProactiveTree(3, 4, 5).carve(16) == (2, 5)
-    assert ProactiveTree(3, 4, 30).carve(8) == (2, 5)                         # the spine keeps the tree's depths
-    assert ProactiveTree(3, 4, "auto").carve(2) == (0, 0)                     # no room: a plain chain
-    assert ProactiveTree(3, 4, "auto").carve(20) == (0, 0)                    # auto: the reference tree or none
+    assert ProactiveTree(3, 4, 30).carve(8) == (2, 5)  # the spine keeps the tree's depths
+    assert ProactiveTree(3, 4, "auto").carve(2) == (0, 0)  # no room: a plain chain
+    assert ProactiveTree(3, 4, "auto").carve(20) == (0, 0)  # auto: the reference tree or none
     assert ProactiveTree(3, 4, "auto").carve(21) == (2, 18)
 
 
-@pytest.mark.parametrize("options,match", [
-    ({"tree_budget": "some"}, "tree_budget"), ({"tree_budget": -1}, "tree_budget"),
-    ({"tree_depth": 0}, "tree_depth"), ({"tree_width": 1.5}, "tree_width"), ({"tree_min_gain": -0.1}, "min_gain"),
-])
+@pytest.mark.parametrize(
+    "options,match",
+    [
+        ({"tree_budget": "some"}, "tree_budget"),
+        ({"tree_budget": -1}, "tree_budget"),
+        ({"tree_depth": 0}, "tree_depth"),
+        ({"tree_width": 1.5}, "tree_width"),
+        ({"tree_min_gain": -0.1}, "min_gain"),
+    ],
+)
 def test_bad_tree_options_are_clear_errors(options, match):
     with pytest.raises(ConfigError, match=match):
         METHODS["sjd-pac"].build(32, **options)
@@ -71,8 +77,10 @@ def test_the_cheap_bound_only_skips_trees_the_budget_would_refuse(model, monkeyp
     """Drawing candidates for every iteration (no bound) gives the same tokens: the bound skipped
     only iterations whose tree would hold no sibling. It does skip some."""
     from jacobigen.parts.tree import AutoBudget
-    bounded = generate(model, [5, 6], method="sjd-pac", window=12, tree_min_gain=min_gain, tree_width=2, batch_size=1,
-                       **KW)
+
+    bounded = generate(
+        model, [5, 6], method="sjd-pac", window=12, tree_min_gain=min_gain, tree_width=2, batch_size=1, **KW
+    )
     calls = {"bound": 0, "skipped": 0}
     real = AutoBudget.worth_trying
 
@@ -82,8 +90,9 @@ def test_the_cheap_bound_only_skips_trees_the_budget_would_refuse(model, monkeyp
         return True
 
     monkeypatch.setattr(AutoBudget, "worth_trying", always)
-    unbounded = generate(model, [5, 6], method="sjd-pac", window=12, tree_min_gain=min_gain, tree_width=2,
-                         batch_size=1, **KW)
+    unbounded = generate(
+        model, [5, 6], method="sjd-pac", window=12, tree_min_gain=min_gain, tree_width=2, batch_size=1, **KW
+    )
     assert torch.equal(bounded.tokens, unbounded.tokens) and bounded.stats.nfe == unbounded.stats.nfe
     assert calls["skipped"] > 0
 
@@ -106,14 +115,22 @@ def test_pac_vp_is_another_name():
 
 
 def test_method_variants():
-    assert split_variants("sjd,sjd-pac[tree_budget=full,window=64], scd-gs") == \
-        ["sjd", "sjd-pac[tree_budget=full,window=64]", "scd-gs"]
+    assert split_variants("sjd,sjd-pac[tree_budget=full,window=64], scd-gs") == [
+        "sjd",
+        "sjd-pac[tree_budget=full,window=64]",
+        "scd-gs",
+    ]
     v = parse_variant("sjd-pac[tree_budget=full,window=64]")
     assert v.method.name == "sjd-pac" and v.options == {"tree_budget": "full"} and v.window == 64
     assert v.build(16).window == 64 and v.build(16).tree.budget == "full"
     assert parse_variant("ar").window == 1 and parse_variant("scd-mc").window is None
     assert parse_variant("sjd-pac[tree-depth=4]").options == {"tree_depth": 4}
-    for bad, match in [("sjd-pac[tree_budget]", "key=value"), ("sjd[tree_budget=3]", "no option"),
-                       ("nope", "unknown method"), ("sjd-pac[window=0]", "window"), ("sjd-pac[x=1", "METHOD")]:
+    for bad, match in [
+        ("sjd-pac[tree_budget]", "key=value"),
+        ("sjd[tree_budget=3]", "no option"),
+        ("nope", "unknown method"),
+        ("sjd-pac[window=0]", "window"),
+        ("sjd-pac[x=1", "METHOD"),
+    ]:
         with pytest.raises(ConfigError, match=match):
             parse_variant(bad)

@@ -44,7 +44,7 @@ def test_layout_places_every_structural_token():
     lines = lay.lines()
     assert lines.start.tolist() == [0, 3, 7, 10] and lines.length.tolist() == [3, 4, 3, 5]
     assert lines.opens_frame.tolist() == [False, False, True, False]
-    bare = VideoLayout(2, 3, (0, 10), frames=3)           # Cosmos: no structural tokens at all
+    bare = VideoLayout(2, 3, (0, 10), frames=3)  # Cosmos: no structural tokens at all
     assert bare.length == 18 and (bare.forced() < 0).all() and bare.grid(torch.arange(18)).shape == (3, 2, 3)
     # an image is a one-frame clip whose grid drops the frame axis
     image = ImageLayout(2, 3, (0, 3), eol_id=3, end_id=4)
@@ -76,13 +76,16 @@ def test_every_lossless_preset_is_exact_on_a_clip(clip, method):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name,parts", [
-    ("1-residual-from-p", Parts(Independent(), ResidualFromTarget(), 4)),
-    ("2-old-q-after-coupling", Parts(CarryOldQ(), Verifier(), 4)),
-    ("3-stale-q", Parts(StaleQ(), Verifier(), 4)),
-    ("6-residual-fallback", Parts(Independent(), ResidualUnlessUnitMass(), 4)),
-    ("7-min-acceptance", Parts(Independent(), MinimumAcceptance(), 4)),
-])
+@pytest.mark.parametrize(
+    "name,parts",
+    [
+        ("1-residual-from-p", Parts(Independent(), ResidualFromTarget(), 4)),
+        ("2-old-q-after-coupling", Parts(CarryOldQ(), Verifier(), 4)),
+        ("3-stale-q", Parts(StaleQ(), Verifier(), 4)),
+        ("6-residual-fallback", Parts(Independent(), ResidualUnlessUnitMass(), 4)),
+        ("7-min-acceptance", Parts(Independent(), MinimumAcceptance(), 4)),
+    ],
+)
 def test_mutants_are_rejected_on_a_clip(clip, name, parts):
     assert clip_pvalue(clip, parts) < FAIL
 
@@ -114,6 +117,7 @@ def test_vp_mutant_rejected_on_a_clip(sharp_clip):
 
 
 # --- PJD: rows in parallel within a frame --------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def rows_clip():
@@ -168,6 +172,7 @@ def test_pjd_rows_run_in_parallel_within_a_frame_only():
         out = real_plan(cnt, uncached)
         plans.append((cnt.clone(), out.rows.clone(), out.window.clone()))
         return out
+
     rows.plan = plan
     tokens, _ = dec.run([[67, 1, 2]] * 2, [0, 1])
     within, lines = 0, CLIP.lines()
@@ -195,6 +200,7 @@ def test_every_lossless_preset_equals_ar_greedy_on_a_clip():
 
 # --- generate-video --------------------------------------------------------------------------------
 
+
 def run_cli(*args):
     from click.testing import CliRunner
 
@@ -207,13 +213,29 @@ def test_generate_video_writes_an_animated_gif_stats_and_trace(tmp_path):
     from PIL import Image
 
     out = tmp_path / "heart.gif"
-    res = run_cli("red heart", "--model", "random-video", "--frames", "2", "--method", "scd-gs", "--window", "16",
-                  "--out", str(out), "--stats", str(tmp_path / "s.json"), "--trace", "--no-progress",
-                  "--num-clips", "2")
+    res = run_cli(
+        "red heart",
+        "--model",
+        "random-video",
+        "--frames",
+        "2",
+        "--method",
+        "scd-gs",
+        "--window",
+        "16",
+        "--out",
+        str(out),
+        "--stats",
+        str(tmp_path / "s.json"),
+        "--trace",
+        "--no-progress",
+        "--num-clips",
+        "2",
+    )
     assert res.exit_code == 0, res.output
     assert "scd-gs (lossless)" in res.output and "step compression" in res.output and "2 clip(s)" in res.output
     with Image.open(out) as gif:
-        assert gif.n_frames == 2 and gif.size == (256, 128)      # two clips side by side, 128 px each
+        assert gif.n_frames == 2 and gif.size == (256, 128)  # two clips side by side, 128 px each
     assert (tmp_path / "heart.trace.png").is_file() and (tmp_path / "s.json").is_file()
 
 
@@ -243,8 +265,9 @@ def test_generate_points_a_clip_model_to_generate_video(tmp_path):
 
     from jacobigen.cli import main
 
-    res = CliRunner().invoke(main, ["generate", "red heart", "--model", "random-video",
-                                    "--out", str(tmp_path / "x.png")])
+    res = CliRunner().invoke(
+        main, ["generate", "red heart", "--model", "random-video", "--out", str(tmp_path / "x.png")]
+    )
     assert res.exit_code == 2 and "generate-video" in res.output
 
 
@@ -257,8 +280,22 @@ def test_bench_on_a_video_model_tiles_the_acceptance_map_per_frame(tmp_path):
 
     from jacobigen.cli import main
 
-    res = CliRunner().invoke(main, ["bench", "--model", "random-video", "--methods", "scd-gs", "--window", "16,128",
-                                    "--prompts", "1", "--out", str(tmp_path)])
+    res = CliRunner().invoke(
+        main,
+        [
+            "bench",
+            "--model",
+            "random-video",
+            "--methods",
+            "scd-gs",
+            "--window",
+            "16,128",
+            "--prompts",
+            "1",
+            "--out",
+            str(tmp_path),
+        ],
+    )
     assert res.exit_code == 0, res.output
     rows = {(r["method"], r["window"]): r for r in json.loads((tmp_path / "bench.json").read_text())["rows"]}
     assert rows["scd-gs", 128]["step_compression"] > 1

@@ -1,12 +1,12 @@
 """The VQ tokenizer's public contract: shapes, dtypes, save/load round trip, clear errors."""
+
 import pytest
 import torch
 
 from jacobigen.core.errors import WeightsError
 from jacobigen.models.vq import VQConfig, VQModel, codebook_stats
 
-TINY = VQConfig(channels=(8, 16, 16), res_blocks=(0, 0, 1), dec_res_blocks=(0, 0, 1),
-                codebook_size=32, code_dim=4)
+TINY = VQConfig(channels=(8, 16, 16), res_blocks=(0, 0, 1), dec_res_blocks=(0, 0, 1), codebook_size=32, code_dim=4)
 
 
 def test_encode_decode_shapes_and_ranges():

@@ -7,6 +7,7 @@ sample of) training images measures how well the captions users type from the li
 
     python training/caption_gain.py
 """
+
 from __future__ import annotations
 
 import argparse
@@ -33,17 +34,22 @@ def main() -> None:
     tokens = np.load(DATA / "tokens.npy")
     split = load_split()
     rng = np.random.default_rng(0)
-    subsets = {"held-out": split["test"],
-               "train sample": sorted(rng.choice(split["train"], len(split["test"]), replace=False))}
+    subsets = {
+        "held-out": split["test"],
+        "train sample": sorted(rng.choice(split["train"], len(split["test"]), replace=False)),
+    }
     for subset, indices in subsets.items():
         losses = []
         for drop in (0.0, 1.0):
-            data = Batches(tokens, tokens, captions, keywords, reader, indices, drop_caption=drop,
-                           train=False)  # names as captions, no flips
+            data = Batches(
+                tokens, tokens, captions, keywords, reader, indices, drop_caption=drop, train=False
+            )  # names as captions, no flips
             with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.bf16):
                 losses.append(mean_code_ce(model, data))
-        print(f"{subset} code CE: captioned {losses[0]:.4f}, unconditional {losses[1]:.4f}, "
-              f"caption gain {losses[1] - losses[0]:.4f} nats/code")
+        print(
+            f"{subset} code CE: captioned {losses[0]:.4f}, unconditional {losses[1]:.4f}, "
+            f"caption gain {losses[1] - losses[0]:.4f} nats/code"
+        )
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
 """Helpers shared by the training scripts: paths, dataset loading, checkpoints, logging."""
+
 from __future__ import annotations
 
 import json
@@ -20,8 +21,9 @@ sys.path.insert(0, str(ROOT / "src"))  # run from a checkout without installing
 def add_cpu_args(ap) -> None:
     """--threads and --no-bf16, shared by the training scripts."""
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--no-bf16", dest="bf16", action="store_false",
-                    help="bf16 autocast roughly doubles CPU speed (AVX512-BF16/AMX)")
+    ap.add_argument(
+        "--no-bf16", dest="bf16", action="store_false", help="bf16 autocast roughly doubles CPU speed (AVX512-BF16/AMX)"
+    )
 
 
 def load_split() -> dict[str, list[int]]:

@@ -30,10 +30,10 @@ def main() -> None:
     ap.add_argument("--images", type=int, default=16)
     args = ap.parse_args()
     pipe = load_pipeline("default", "cpu")
-    prompts = (EMBEDDED_PROMPTS * args.images)[:args.images]
+    prompts = (EMBEDDED_PROMPTS * args.images)[: args.images]
     gen, _ = pipe.generate(prompts, method="sjd", window=16, seed=list(range(args.images)), batch_size=16)
     layout, model = pipe.layout, pipe.model
-    codes = torch.tensor([layout.forced()[i] < 0 for i in range(layout.length)])   # image-code positions
+    codes = torch.tensor([layout.forced()[i] < 0 for i in range(layout.length)])  # image-code positions
     raw, target = [], []
     sampling = SamplingConfig(**pipe.defaults)
     with torch.inference_mode():
@@ -43,16 +43,18 @@ def main() -> None:
             logits = []
             for pre in rows:
                 inp = torch.tensor(pre + toks[:-1].tolist())[None]
-                logits.append(model(inp)[0, len(pre) - 1:])
+                logits.append(model(inp)[0, len(pre) - 1 :])
             cond = logits[0][codes]
             raw.append(entropy(torch.softmax(cond, -1)))
-            pair = torch.stack([logits[0][codes], logits[1][codes]])        # cond, uncond rows
+            pair = torch.stack([logits[0][codes], logits[1][codes]])  # cond, uncond rows
             p = target_probs(pair, sampling, layout.allowed(model.vocab_size))
             target.append(entropy(p[0]))
     raw, target = torch.cat(raw), torch.cat(target)
-    print(f"{args.images} images ({E.GRID}x{E.GRID} codes each): mean next-token entropy "
-          f"{raw.mean():.2f} nats at temperature 1, {target.mean():.2f} with cfg {sampling.cfg} "
-          f"and top-k {sampling.top_k} (uniform over {E.CODEBOOK_SIZE} codes: 6.93)")
+    print(
+        f"{args.images} images ({E.GRID}x{E.GRID} codes each): mean next-token entropy "
+        f"{raw.mean():.2f} nats at temperature 1, {target.mean():.2f} with cfg {sampling.cfg} "
+        f"and top-k {sampling.top_k} (uniform over {E.CODEBOOK_SIZE} codes: 6.93)"
+    )
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ of the evaluated training names, and a fixed sample of other training images as 
     python training/eval_steering.py --out checkpoints/steering/before.json
     PYTHONPATH=/path/to/other/src python training/eval_steering.py ...   (another version's model)
 """
+
 from __future__ import annotations
 
 import argparse
@@ -87,8 +88,10 @@ def main() -> None:
     captions = json.loads((DATA / "captions.json").read_text())
     keywords = json.loads((DATA / "keywords.json").read_text())
     rng = np.random.default_rng(0)
-    prompts = {"held-out": pick_names(captions, split["test"], args.names, rng),
-               "train": pick_names(captions, split["train"], args.names, rng)}
+    prompts = {
+        "held-out": pick_names(captions, split["test"], args.names, rng),
+        "train": pick_names(captions, split["train"], args.names, rng),
+    }
     index = gallery_indices(captions, split, {*prompts["train"]}, args.distractors, rng)
     gallery = gallery_features(images, index, DATA / "steering_gallery.npz")
     names = np.array([split_group(captions[i]) for i in index])
@@ -98,8 +101,14 @@ def main() -> None:
     pipe = load_pipeline(args.model, device="cpu")
     if args.cfg is not None:
         pipe.defaults["cfg"] = args.cfg
-    report = {"model": args.model, "method": args.method, "seeds": args.seeds, "gallery": len(index),
-              "sampling": pipe.defaults, "splits": {}}
+    report = {
+        "model": args.model,
+        "method": args.method,
+        "seeds": args.seeds,
+        "gallery": len(index),
+        "sampling": pipe.defaults,
+        "splits": {},
+    }
     for split_name, texts in prompts.items():
         generated, targets = [], []
         for seed in range(args.seeds):
@@ -108,12 +117,16 @@ def main() -> None:
             targets += texts
         feats = fid.features(generated)
         feats /= np.linalg.norm(feats, axis=1, keepdims=True)
-        order = np.argsort(-feats @ gallery.T, axis=1)[:, :max(KS)]
+        order = np.argsort(-feats @ gallery.T, axis=1)[:, : max(KS)]
         chance = [targets[j] for j in derangement(len(texts), rng)] * args.seeds
-        row = {"prompts": texts, "images": len(targets),
-               "name": hits(order, names, targets), "name_chance": hits(order, names, chance),
-               "subgroup": hits(order, subgroups, [subgroup_of[t] for t in targets]),
-               "subgroup_chance": hits(order, subgroups, [subgroup_of[t] for t in chance])}
+        row = {
+            "prompts": texts,
+            "images": len(targets),
+            "name": hits(order, names, targets),
+            "name_chance": hits(order, names, chance),
+            "subgroup": hits(order, subgroups, [subgroup_of[t] for t in targets]),
+            "subgroup_chance": hits(order, subgroups, [subgroup_of[t] for t in chance]),
+        }
         report["splits"][split_name] = row
         print(split_name, {k: v for k, v in row.items() if k != "prompts"}, flush=True)
     report["seconds"] = round(time.time() - t0)

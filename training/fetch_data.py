@@ -16,6 +16,7 @@ their base), so an emoji seen in one style is never tested in another style.
 
 Run: python training/fetch_data.py   (idempotent; downloads only once)
 """
+
 from __future__ import annotations
 
 import argparse
@@ -111,8 +112,11 @@ def npm_pack(spec: str, raw_dir: Path) -> Path:
     path = raw_dir / f"{stem}.tgz"
     if not path.exists():
         raw_dir.mkdir(parents=True, exist_ok=True)
-        out = subprocess.run(["npm", "pack", spec, "--silent"], cwd=raw_dir, check=True,
-                             capture_output=True, text=True).stdout.strip().splitlines()[-1]
+        out = (
+            subprocess.run(["npm", "pack", spec, "--silent"], cwd=raw_dir, check=True, capture_output=True, text=True)
+            .stdout.strip()
+            .splitlines()[-1]
+        )
         (raw_dir / out).rename(path)
     return path
 
@@ -148,8 +152,7 @@ def hex_key(codepoints: str) -> str:
 
 def load_cldr_names(openmoji: Tarball) -> dict[str, str]:
     """codepoints -> CLDR annotation; gives the same caption across all sets."""
-    return {hex_key(e["hexcode"]): clean_caption(e["annotation"])
-            for e in openmoji.json("data/openmoji.json")}
+    return {hex_key(e["hexcode"]): clean_caption(e["annotation"]) for e in openmoji.json("data/openmoji.json")}
 
 
 def datasource_items(tb: Tarball, img_set: str, cldr: dict[str, str]):
@@ -196,8 +199,10 @@ def fluent_items(tb: Tarball, cldr: dict[str, str]):
         body = icon["body"]
         if flip:
             body = f'<g transform="translate({iw} 0) scale(-1 1)">{body}</g>'
-        return (f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="{icon.get("left", 0)} '
-                f'{icon.get("top", 0)} {iw} {ih}">{body}</svg>').encode()
+        return (
+            f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="{icon.get("left", 0)} '
+            f'{icon.get("top", 0)} {iw} {ih}">{body}</svg>'
+        ).encode()
 
     def caption(key: str) -> str:
         if codepoints.get(key) in cldr:
@@ -235,7 +240,9 @@ def keyword_table(emojibase: Tarball) -> dict[str, dict]:
         if "group" in e:
             table[split_group(clean_caption(e["label"]))] = {
                 "tags": sorted({clean_caption(t) for t in e.get("tags", [])}),
-                "group": groups[e["group"]], "subgroup": subgroups.get(e.get("subgroup"), "")}
+                "group": groups[e["group"]],
+                "subgroup": subgroups.get(e.get("subgroup"), ""),
+            }
     return table
 
 
@@ -288,8 +295,9 @@ def main() -> None:
     (args.out / "captions.json").write_text(json.dumps(captions, ensure_ascii=False))
     (args.out / "sources.json").write_text(json.dumps(sources))
     (args.out / "split.json").write_text(json.dumps(split))
-    (args.out / "licences.json").write_text(json.dumps({**{s: SOURCES[s] for s in args.sources},
-                                                        "keywords": KEYWORDS}, indent=2))
+    (args.out / "licences.json").write_text(
+        json.dumps({**{s: SOURCES[s] for s in args.sources}, "keywords": KEYWORDS}, indent=2)
+    )
     write_keywords(args.out, captions)
     print(f"total {len(images)} images; train {len(split['train'])}, test {len(test)}")
 

@@ -13,6 +13,7 @@ The image index lets the training split follow data/split.json (held-out emoji s
 
 Run: python training/make_clips.py --data /path/to/data --frames 8 --clips-per-image 2
 """
+
 from __future__ import annotations
 
 import argparse
@@ -82,6 +83,7 @@ def fade(rng) -> Motion:
 
     def colour(img: Image.Image, t: float) -> Image.Image:
         return Image.blend(Image.new("RGB", img.size, WHITE), img, t if appear else 1 - t)
+
     return Motion("fading in" if appear else "fading out", colour=colour)
 
 
@@ -90,8 +92,9 @@ def tint(rng) -> Motion:
 
     def colour(img: Image.Image, t: float) -> Image.Image:
         tinted = Image.blend(img, Image.new("RGB", img.size, TINTS[name]), 0.6)
-        ink = Image.fromarray((np.asarray(img).min(-1) < 245).astype(np.uint8) * 255)   # leave the background white
+        ink = Image.fromarray((np.asarray(img).min(-1) < 245).astype(np.uint8) * 255)  # leave the background white
         return Image.composite(Image.blend(img, tinted, t), img, ink)
+
     return Motion(f"turning {name}", colour=colour)
 
 
@@ -136,8 +139,9 @@ def make_clip(image: np.ndarray, motions: list[Motion], frames: int) -> np.ndarr
     return np.stack(out)
 
 
-def make_clips(images: np.ndarray, captions: list[str], frames: int, per_image: int, seed: int,
-               compose: float = 0.3) -> tuple[np.ndarray, list[dict]]:
+def make_clips(
+    images: np.ndarray, captions: list[str], frames: int, per_image: int, seed: int, compose: float = 0.3
+) -> tuple[np.ndarray, list[dict]]:
     """Clips [M, F, H, W, 3] and their records, ``per_image`` clips per image, deterministic in ``seed``."""
     clips, records = [], []
     for i, image in enumerate(images):
@@ -155,13 +159,16 @@ def tokenize(clips: np.ndarray, weights: Path) -> np.ndarray:
     import sys
 
     import torch
+
     sys.path.insert(0, str(ROOT / "src"))
     from jacobigen.models.vq import VQModel
 
     vq = VQModel.load(weights)
     flat = torch.from_numpy(clips.reshape(-1, *clips.shape[2:])).permute(0, 3, 1, 2).contiguous()
     with torch.no_grad():
-        codes = np.concatenate([vq.encode(flat[k:k + 256]).numpy().astype(np.int16) for k in range(0, len(flat), 256)])
+        codes = np.concatenate(
+            [vq.encode(flat[k : k + 256]).numpy().astype(np.int16) for k in range(0, len(flat), 256)]
+        )
     return codes.reshape(*clips.shape[:2], *codes.shape[1:])
 
 
@@ -179,13 +186,14 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     if args.frames < 2 or args.clips_per_image < 1:
         raise SystemExit("--frames must be >= 2 and --clips-per-image >= 1")
-    images = np.load(args.data / "images.npy")[:args.limit]
-    captions = json.loads((args.data / "captions.json").read_text())[:len(images)]
+    images = np.load(args.data / "images.npy")[: args.limit]
+    captions = json.loads((args.data / "captions.json").read_text())[: len(images)]
     clips, records = make_clips(images, captions, args.frames, args.clips_per_image, args.seed, args.compose)
     args.out.mkdir(parents=True, exist_ok=True)
     np.save(args.out / "clips.npy", clips)
-    (args.out / "clips.json").write_text(json.dumps({"frames": args.frames, "seed": args.seed, "clips": records},
-                                                    ensure_ascii=False))
+    (args.out / "clips.json").write_text(
+        json.dumps({"frames": args.frames, "seed": args.seed, "clips": records}, ensure_ascii=False)
+    )
     if args.tokenize:
         np.save(args.out / "tokens.npy", tokenize(clips, args.weights))
     print(f"wrote {len(clips)} clips of {args.frames} frames to {args.out}")

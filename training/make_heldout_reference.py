@@ -7,6 +7,7 @@ shuffled order, so the first N mix names and art styles, tiled into
 
     python training/make_heldout_reference.py
 """
+
 from __future__ import annotations
 
 import argparse
@@ -33,11 +34,17 @@ def main():
     sheet = np.full((rows * tile, COLUMNS * tile, 3), 255, np.uint8)
     for j, i in enumerate(order):
         r, c = divmod(j, COLUMNS)
-        sheet[r * tile:(r + 1) * tile, c * tile:(c + 1) * tile] = images[i]
+        sheet[r * tile : (r + 1) * tile, c * tile : (c + 1) * tile] = images[i]
     Image.fromarray(sheet).save(WEIGHTS / "heldout.png", optimize=True)
-    meta = {"tile": tile, "columns": COLUMNS, "count": len(order), "seed": args.seed,
-            "captions": [captions[i] for i in order], "sources": [sources[i] for i in order],
-            "dataset_indices": order}
+    meta = {
+        "tile": tile,
+        "columns": COLUMNS,
+        "count": len(order),
+        "seed": args.seed,
+        "captions": [captions[i] for i in order],
+        "sources": [sources[i] for i in order],
+        "dataset_indices": order,
+    }
     (WEIGHTS / "heldout.json").write_text(json.dumps(meta, indent=0) + "\n")
     print(f"wrote {len(order)} held-out images to {WEIGHTS / 'heldout.png'} and heldout.json")
 

@@ -10,6 +10,7 @@ models' tokens: retokenise and retrain after it.
     python training/ship.py --run video --video
     python training/ship.py --vq
 """
+
 from __future__ import annotations
 
 import argparse
@@ -38,7 +39,7 @@ def main() -> None:
     else:
         files, info = ["ar.safetensors", "words.json"], json.loads((run / "best.json").read_text())
         record = {"run": args.run, "step": info["step"], "heldout_code_ce": round(info["heldout_code_ce"], 4)}
-        if not (run / "export" / "words.json").exists():   # a byte-caption model
+        if not (run / "export" / "words.json").exists():  # a byte-caption model
             files.remove("words.json")
             (dest / "words.json").unlink(missing_ok=True)
     manifest_path = WEIGHTS / "manifest.json"

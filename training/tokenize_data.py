@@ -5,6 +5,7 @@ done in pixel space: a mirrored code grid is not the code grid of the mirror.
 
 Run: python training/tokenize_data.py
 """
+
 from __future__ import annotations
 
 import argparse
@@ -18,8 +19,7 @@ from jacobigen.models.vq import VQModel
 
 @torch.no_grad()
 def encode_all(vq: VQModel, images: torch.Tensor, bs: int = 256) -> np.ndarray:
-    return np.concatenate([vq.encode(images[i:i + bs]).numpy().astype(np.int16)
-                           for i in range(0, len(images), bs)])
+    return np.concatenate([vq.encode(images[i : i + bs]).numpy().astype(np.int16) for i in range(0, len(images), bs)])
 
 
 def main() -> None:
@@ -34,8 +34,7 @@ def main() -> None:
     tokens = encode_all(vq, images)
     np.save(DATA / "tokens.npy", tokens)
     np.save(DATA / "tokens_flip.npy", encode_all(vq, images.flip(-1)))
-    print(f"wrote {DATA / 'tokens.npy'} and tokens_flip.npy: {tokens.shape}, "
-          f"{len(np.unique(tokens))} distinct codes")
+    print(f"wrote {DATA / 'tokens.npy'} and tokens_flip.npy: {tokens.shape}, {len(np.unique(tokens))} distinct codes")
 
 
 if __name__ == "__main__":

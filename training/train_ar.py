@@ -12,6 +12,7 @@ Run: python training/train_ar.py --run ar_words --init src/jacobigen/weights/ar.
      (rerun the same command to resume)
 Log: checkpoints/RUN/train.log; checkpoint: checkpoints/RUN/last.pt (+ last_opt.pt)
 """
+
 from __future__ import annotations
 
 import argparse
@@ -68,8 +69,17 @@ def build_vocabulary(captions: list[str], keywords: list[dict], indices) -> list
 class Batches:
     """Builds padded [B, T] token batches with image-only targets."""
 
-    def __init__(self, tokens: np.ndarray, flipped: np.ndarray, captions: list[str], keywords: list[dict],
-                 reader: E.ByteCaptions | E.WordCaptions, indices: list[int], drop_caption: float, train: bool):
+    def __init__(
+        self,
+        tokens: np.ndarray,
+        flipped: np.ndarray,
+        captions: list[str],
+        keywords: list[dict],
+        reader: E.ByteCaptions | E.WordCaptions,
+        indices: list[int],
+        drop_caption: float,
+        train: bool,
+    ):
         self.tokens, self.flipped, self.captions, self.keywords = tokens, flipped, captions, keywords
         self.reader, self.indices, self.train = reader, np.asarray(indices), train
         self.drop_caption = drop_caption
@@ -83,8 +93,7 @@ class Batches:
             caption = caption_variant(caption, self.keywords[i], rng)
         if self.flippable[k] and rng.random() < 0.5:
             caption, grid = mirror_caption(caption), self.flipped[i]
-        prefix = (E.unconditional_tokens() if rng.random() < self.drop_caption
-                  else self.reader.tokens(caption))
+        prefix = E.unconditional_tokens() if rng.random() < self.drop_caption else self.reader.tokens(caption)
         return prefix + E.image_tokens(grid), len(prefix) - 1
 
     def make(self, ks, rng: np.random.Generator) -> tuple[torch.Tensor, torch.Tensor]:
@@ -95,14 +104,16 @@ class Batches:
         for r, (s, boi) in enumerate(seqs):
             s = torch.tensor(s)
             x[r, : len(s) - 1] = s[:-1]
-            y[r, boi: len(s) - 1] = s[boi + 1:]  # predict everything after BOI
+            y[r, boi : len(s) - 1] = s[boi + 1 :]  # predict everything after BOI
         return x, y
 
 
 def compact(opt_state: dict) -> dict:
     """Adam moments in bf16, so each checkpoint file stays under 30 MB (resume barely notices)."""
-    state = {k: {n: v.bfloat16() if torch.is_tensor(v) and v.dim() > 0 else v for n, v in st.items()}
-             for k, st in opt_state["state"].items()}
+    state = {
+        k: {n: v.bfloat16() if torch.is_tensor(v) and v.dim() > 0 else v for n, v in st.items()}
+        for k, st in opt_state["state"].items()
+    }
     return {"state": state, "param_groups": opt_state["param_groups"]}
 
 
@@ -136,8 +147,12 @@ def export(model: Transformer, ckpt_dir: Path, step: int, heldout: float, words:
     save_transformer(model, out / "ar.safetensors")
     if words is not None:
         (out / "words.json").write_text(json.dumps({"words": words.words}, ensure_ascii=False))
-    info = {"step": step, "heldout_code_ce": heldout, "config": asdict(model.config),
-            "params": sum(p.numel() for p in model.parameters())}
+    info = {
+        "step": step,
+        "heldout_code_ce": heldout,
+        "config": asdict(model.config),
+        "params": sum(p.numel() for p in model.parameters()),
+    }
     (ckpt_dir / "best.json").write_text(json.dumps(info, indent=2))
 
 
@@ -183,8 +198,17 @@ def arguments(doc: str, run: str) -> argparse.ArgumentParser:
     return ap
 
 
-def fit(args, ckpt_dir: Path, log: Log, cfg: TransformerConfig, shared: int, train: Batches, test: Batches,
-        export_best, note: str) -> None:
+def fit(
+    args,
+    ckpt_dir: Path,
+    log: Log,
+    cfg: TransformerConfig,
+    shared: int,
+    train: Batches,
+    test: Batches,
+    export_best,
+    note: str,
+) -> None:
     """Train (or resume from ckpt_dir/last.pt) to args.steps; every args.export_minutes measure the
     held-out code CE and call export_best(model, step, loss) when it improved."""
     last, last_opt = ckpt_dir / "last.pt", ckpt_dir / "last_opt.pt"
@@ -193,9 +217,11 @@ def fit(args, ckpt_dir: Path, log: Log, cfg: TransformerConfig, shared: int, tra
     model = initial_model(cfg, None if ck else args.init, shared)
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": args.weight_decay},
-                             {"params": no_decay, "weight_decay": 0.0}],
-                            lr=args.lr, betas=(0.9, 0.95))
+    opt = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": args.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=args.lr,
+        betas=(0.9, 0.95),
+    )
     step, best = 0, float("inf")
     if ck:
         model.load_state_dict(ck["model"])
@@ -204,13 +230,14 @@ def fit(args, ckpt_dir: Path, log: Log, cfg: TransformerConfig, shared: int, tra
         log(f"resumed from {last} at step {step} (best held-out {best:.4f})")
     else:
         n = sum(p.numel() for p in model.parameters())
-        log(f"start: {n / 1e6:.2f}M params, config {cfg}, train {len(train.indices)}, "
-            f"test {len(test.indices)}, {note}, {vars(args)}")
+        log(
+            f"start: {n / 1e6:.2f}M params, config {cfg}, train {len(train.indices)}, "
+            f"test {len(test.indices)}, {note}, {vars(args)}"
+        )
 
     def checkpoint() -> None:
         save_atomic(compact(opt.state_dict()), last_opt)
-        save_atomic({"model": model.state_dict(), "step": step, "best": best,
-                     "config": asdict(cfg)}, last)
+        save_atomic({"model": model.state_dict(), "step": step, "best": best, "config": asdict(cfg)}, last)
 
     model.train()
     t_ckpt = t_export = t_log = time.time()
@@ -232,8 +259,10 @@ def fit(args, ckpt_dir: Path, log: Log, cfg: TransformerConfig, shared: int, tra
 
         if step % args.log_every == 0:
             recent_train = ce_sum / ce_n
-            log(f"step {step} train_code_ce {recent_train:.4f} lr {opt.param_groups[0]['lr']:.2e} "
-                f"{(time.time() - t_log) / args.log_every:.2f}s/step")
+            log(
+                f"step {step} train_code_ce {recent_train:.4f} lr {opt.param_groups[0]['lr']:.2e} "
+                f"{(time.time() - t_log) / args.log_every:.2f}s/step"
+            )
             ce_sum, ce_n, t_log = 0.0, 0, time.time()
         if time.time() - t_export > 60 * args.export_minutes or step == args.steps:
             t_eval = time.time()
@@ -243,8 +272,10 @@ def fit(args, ckpt_dir: Path, log: Log, cfg: TransformerConfig, shared: int, tra
             if improved:
                 best = held
                 export_best(model, step, held)
-            log(f"step {step} train_code_ce {recent_train:.4f} heldout_code_ce {held:.4f}"
-                + (" (best, exported)" if improved else ""))
+            log(
+                f"step {step} train_code_ce {recent_train:.4f} heldout_code_ce {held:.4f}"
+                + (" (best, exported)" if improved else "")
+            )
             t_export = time.time()
             t_log += t_export - t_eval  # s/step reports training only
         if time.time() - t_ckpt > 60 * args.ckpt_minutes:
@@ -266,10 +297,24 @@ def main() -> None:
     words = E.WordCaptions(build_vocabulary(captions, keywords, split["train"]))
     train = Batches(tokens, flipped, captions, keywords, words, split["train"], args.drop_caption, train=True)
     test = Batches(tokens, flipped, captions, keywords, words, split["test"], 0.0, train=False)
-    cfg = TransformerConfig(vocab_size=words.vocab_size, dim=args.dim, n_layers=args.layers,
-                            n_heads=args.heads, max_seq_len=E.max_seq_len(words))
-    fit(args, ckpt_dir, log, cfg, E.UNK, train, test,
-        lambda model, step, held: export(model, ckpt_dir, step, held, words), f"{len(words.words)} words")
+    cfg = TransformerConfig(
+        vocab_size=words.vocab_size,
+        dim=args.dim,
+        n_layers=args.layers,
+        n_heads=args.heads,
+        max_seq_len=E.max_seq_len(words),
+    )
+    fit(
+        args,
+        ckpt_dir,
+        log,
+        cfg,
+        E.UNK,
+        train,
+        test,
+        lambda model, step, held: export(model, ckpt_dir, step, held, words),
+        f"{len(words.words)} words",
+    )
 
 
 if __name__ == "__main__":

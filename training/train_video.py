@@ -10,6 +10,7 @@ one into the package); at the end, `--report` prints the held-out code CE per fr
 Run: python training/make_clips.py --tokenize --frames 4
      python training/train_video.py --threads 2        (rerun the same command to resume)
 """
+
 from __future__ import annotations
 
 import json
@@ -33,8 +34,7 @@ class ClipBatches(Batches):
 
     def sequence(self, k: int, rng: np.random.Generator) -> tuple[list[int], int]:
         i = self.indices[k]
-        prefix = (E.unconditional_tokens() if rng.random() < self.drop_caption
-                  else self.reader.tokens(self.captions[i]))
+        prefix = E.unconditional_tokens() if rng.random() < self.drop_caption else self.reader.tokens(self.captions[i])
         return prefix + E.clip_tokens(self.tokens[i], eof=self.reader.vocab_size), len(prefix) - 1
 
 
@@ -46,8 +46,9 @@ def frame_ce(model, data: ClipBatches, frames: int, bs: int = 8) -> list[float]:
     total, count = np.zeros(frames), np.zeros(frames)
     for s in range(0, len(data.indices), bs):
         x, y = data.make(range(s, min(s + bs, len(data.indices))), rng)
-        ce = torch.nn.functional.cross_entropy(model(x).flatten(0, 1).float(), y.flatten(), ignore_index=IGNORE,
-                                               reduction="none").view_as(y)
+        ce = torch.nn.functional.cross_entropy(
+            model(x).flatten(0, 1).float(), y.flatten(), ignore_index=IGNORE, reduction="none"
+        ).view_as(y)
         for r in range(len(y)):
             start = int((y[r] != IGNORE).nonzero()[0])
             codes = (y[r] >= 0) & (y[r] < E.CODEBOOK_SIZE)
@@ -79,12 +80,25 @@ def main() -> None:
         model = load_transformer(ckpt_dir / "export" / "ar.safetensors")
         print(json.dumps({"heldout_code_ce_per_frame": frame_ce(model, test, meta["frames"])}))
         return
-    cfg = TransformerConfig(vocab_size=reader.vocab_size + 1, dim=args.dim, n_layers=args.layers,
-                            n_heads=args.heads, max_seq_len=E.clip_seq_len(reader, meta["frames"]))
+    cfg = TransformerConfig(
+        vocab_size=reader.vocab_size + 1,
+        dim=args.dim,
+        n_layers=args.layers,
+        n_heads=args.heads,
+        max_seq_len=E.clip_seq_len(reader, meta["frames"]),
+    )
     words = reader if isinstance(reader, E.WordCaptions) else None
-    fit(args, ckpt_dir, Log(ckpt_dir / "train.log"), cfg, reader.vocab_size, train, test,
+    fit(
+        args,
+        ckpt_dir,
+        Log(ckpt_dir / "train.log"),
+        cfg,
+        reader.vocab_size,
+        train,
+        test,
         lambda model, step, loss: export(model, ckpt_dir, step, loss, words),
-        f"{meta['frames']} frames, {len(train_idx)} train / {len(held)} held-out clips")
+        f"{meta['frames']} frames, {len(train_idx)} train / {len(held)} held-out clips",
+    )
 
 
 if __name__ == "__main__":

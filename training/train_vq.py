@@ -3,6 +3,7 @@
 Run: python training/train_vq.py      (rerun the same command to resume)
 Log: checkpoints/vq/train.log; checkpoint: checkpoints/vq/last.pt
 """
+
 from __future__ import annotations
 
 import argparse
@@ -36,7 +37,7 @@ def evaluate(model: VQModel, images: torch.Tensor, bs: int = 128) -> dict[str, f
     model.eval()
     psnrs, ids = [], []
     for i in range(0, len(images), bs):
-        x = images[i:i + bs]
+        x = images[i : i + bs]
         codes = model.encode(x)
         rec = model.decode(codes)
         mse = ((rec - x.float() / 255.0) ** 2).flatten(1).mean(1).clamp_min(1e-10)
@@ -79,8 +80,9 @@ def main() -> None:
         log(f"start: {n / 1e6:.2f}M params, train {len(train)}, test {len(test)}, {vars(args)}")
 
     def checkpoint() -> None:
-        save_atomic({"model": model.state_dict(), "opt": opt.state_dict(), "step": step,
-                     "usage": model.quantizer.usage}, last)
+        save_atomic(
+            {"model": model.state_dict(), "opt": opt.state_dict(), "step": step, "usage": model.quantizer.usage}, last
+        )
 
     model.train()
     t0, run_loss = time.time(), 0.0
@@ -107,15 +109,16 @@ def main() -> None:
             if restarted:
                 log(f"step {step}: restarted {restarted} dead codes")
         if step % 50 == 0:
-            log(f"step {step} train_rec_loss {run_loss / 50:.4f} "
-                f"lr {opt.param_groups[0]['lr']:.2e} {(time.time() - t0) / 50:.2f}s/step")
+            log(
+                f"step {step} train_rec_loss {run_loss / 50:.4f} "
+                f"lr {opt.param_groups[0]['lr']:.2e} {(time.time() - t0) / 50:.2f}s/step"
+            )
             run_loss, t0 = 0.0, time.time()
         if step % args.ckpt_every == 0:
             checkpoint()
         if step % args.eval_every == 0 or step == args.steps:
             s = evaluate(model, test)
-            log(f"step {step} test_psnr {s['psnr']:.2f} perplexity {s['perplexity']:.0f} "
-                f"used {s['used']:.3f}")
+            log(f"step {step} test_psnr {s['psnr']:.2f} perplexity {s['perplexity']:.0f} used {s['used']:.3f}")
     checkpoint()
     export(model, test, log)
 
@@ -130,8 +133,10 @@ def export(model: VQModel, test: torch.Tensor, log: Log) -> None:
     s["params"] = sum(p.numel() for p in model.parameters())
     s["bytes"] = path.stat().st_size
     (CKPT_DIR / "final.json").write_text(json.dumps(s, indent=2))
-    log(f"exported {path} ({s['bytes'] / 1e6:.1f} MB): test_psnr {s['psnr']:.2f} "
-        f"perplexity {s['perplexity']:.0f} used {s['used']:.3f}")
+    log(
+        f"exported {path} ({s['bytes'] / 1e6:.1f} MB): test_psnr {s['psnr']:.2f} "
+        f"perplexity {s['perplexity']:.0f} used {s['used']:.3f}"
+    )
 
 
 if __name__ == "__main__":

@@ -39,11 +39,13 @@ def count_ops(pipe, prompt, method, window, seed) -> float:
 
     def leave(*_):
         depth[0] -= 1
+
     hooks = [pipe.model.register_forward_pre_hook(enter), pipe.model.register_forward_hook(leave)]
     _, enc, uncond = encode_one(pipe, prompt)
     with Count():
-        g = generate(pipe.model, enc, layout=pipe.layout, uncond=uncond, method=method,
-                     window=window, seed=seed, **pipe.defaults)
+        g = generate(
+            pipe.model, enc, layout=pipe.layout, uncond=uncond, method=method, window=window, seed=seed, **pipe.defaults
+        )
     for h in hooks:
         h.remove()
     return sum(counts.values()) / max(g.stats.nfe - 1, 1)
@@ -61,22 +63,27 @@ def main() -> None:
     for spec in args.runs.split(","):
         method, window = spec.split(":")
         kw = dict(layout=pipe.layout, uncond=uncond, method=method, window=int(window), **pipe.defaults)
-        generate(pipe.model, enc, seed=0, **kw)                        # warm-up
+        generate(pipe.model, enc, seed=0, **kw)  # warm-up
         best = min((generate(pipe.model, enc, seed=1, **kw).stats for _ in range(3)), key=lambda s: s.wall_time)
         prof = cProfile.Profile()
         prof.enable()
         generate(pipe.model, enc, seed=1, **kw)
         prof.disable()
         stats = pstats.Stats(prof).stats
-        own = [(v[2], f"{k[0].split('/src/')[-1]}:{k[2]}") for k, v in stats.items()
-               if "jacobigen" in k[0] and not k[0].endswith(MODEL_FILES)]
+        own = [
+            (v[2], f"{k[0].split('/src/')[-1]}:{k[2]}")
+            for k, v in stats.items()
+            if "jacobigen" in k[0] and not k[0].endswith(MODEL_FILES)
+        ]
         print(f"### {method}, window {window}\n")
-        print(f"wall {best.wall_time:.3f} s, model forward {best.forward_time:.3f} s, overhead share "
-              f"{1 - best.forward_time / best.wall_time:.1%}, {best.nfe} forwards, "
-              f"{count_ops(pipe, args.prompt, method, int(window), 1):.0f} torch ops per iteration outside the model "
-              f"({time.strftime('%H:%M')}, load {open('/proc/loadavg').read().split()[0]})\n")
+        print(
+            f"wall {best.wall_time:.3f} s, model forward {best.forward_time:.3f} s, overhead share "
+            f"{1 - best.forward_time / best.wall_time:.1%}, {best.nfe} forwards, "
+            f"{count_ops(pipe, args.prompt, method, int(window), 1):.0f} torch ops per iteration outside the model "
+            f"({time.strftime('%H:%M')}, load {open('/proc/loadavg').read().split()[0]})\n"
+        )
         print("| own time (s, under cProfile) | function |\n|---|---|")
-        for t, name in sorted(own, reverse=True)[:args.top]:
+        for t, name in sorted(own, reverse=True)[: args.top]:
             print(f"| {t:.3f} | `{name}` |")
         print()
 

@@ -8,18 +8,40 @@ import importlib
 
 from .tools.threads import passive_wait as _passive_wait
 
-_passive_wait()   # before torch loads OpenMP: idle threads sleep instead of spinning (unless set)
+_passive_wait()  # before torch loads OpenMP: idle threads sleep instead of spinning (unless set)
 
 from .core.errors import ConfigError, JacobigenError, WeightsError  # noqa: E402 - torch-free, after the wait policy
 
-_LAZY = {"Generation": "decode.api", "generate": "decode.api", "ImageLayout": "core.layout",
-         "METHODS": "decode.methods", "get_method": "decode.methods", "Transformer": "models.transformer",
-         "TransformerConfig": "models.transformer", "load_transformer": "models.transformer",
-         "save_transformer": "models.transformer", "SamplingConfig": "core.sampling", "VideoLayout": "core.layout"}
+_LAZY = {
+    "Generation": "decode.api",
+    "generate": "decode.api",
+    "ImageLayout": "core.layout",
+    "METHODS": "decode.methods",
+    "get_method": "decode.methods",
+    "Transformer": "models.transformer",
+    "TransformerConfig": "models.transformer",
+    "load_transformer": "models.transformer",
+    "save_transformer": "models.transformer",
+    "SamplingConfig": "core.sampling",
+    "VideoLayout": "core.layout",
+}
 
-__all__ = ["ConfigError", "Generation", "ImageLayout", "JacobigenError", "METHODS", "SamplingConfig",
-           "Transformer", "TransformerConfig", "VideoLayout", "WeightsError", "generate", "get_method",
-           "load_transformer", "save_transformer"]
+__all__ = [
+    "ConfigError",
+    "Generation",
+    "ImageLayout",
+    "JacobigenError",
+    "METHODS",
+    "SamplingConfig",
+    "Transformer",
+    "TransformerConfig",
+    "VideoLayout",
+    "WeightsError",
+    "generate",
+    "get_method",
+    "load_transformer",
+    "save_transformer",
+]
 __version__ = "0.1.0"
 
 

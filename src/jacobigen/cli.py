@@ -21,12 +21,23 @@ from .models import embedded as E
 from .tools import extras
 from .tools.files import atomic_write, check_writable, read_prompts
 
-MAX_IMAGES = 1_000_000        # --num-images
-MAX_SHEET_IMAGES = 256        # images in one --out sheet (more: --prompts FILE --out-dir DIR)
-MAX_SIZE = 4096               # --size, pixels per image
-MAX_SHEET_PIXELS = 1 << 28    # the whole sheet (768 MiB as RGB)
-RESERVED = {"method", "window", "seed", "batch_size", "cfg", "temperature", "top_k", "top_p", "uncond",
-            "progress", "timing"}      # generate() arguments that have their own flags, not -o options
+MAX_IMAGES = 1_000_000  # --num-images
+MAX_SHEET_IMAGES = 256  # images in one --out sheet (more: --prompts FILE --out-dir DIR)
+MAX_SIZE = 4096  # --size, pixels per image
+MAX_SHEET_PIXELS = 1 << 28  # the whole sheet (768 MiB as RGB)
+RESERVED = {
+    "method",
+    "window",
+    "seed",
+    "batch_size",
+    "cfg",
+    "temperature",
+    "top_k",
+    "top_p",
+    "uncond",
+    "progress",
+    "timing",
+}  # generate() arguments that have their own flags, not -o options
 
 
 class BadInput(click.ClickException):
@@ -45,8 +56,13 @@ class Finite(click.ParamType):
 
     def convert(self, value, param, ctx):
         try:
-            return number(param.opts[0] if param else "value", float(value) if isinstance(value, str) else value,
-                          self.lo, self.hi, self.lo_open)
+            return number(
+                param.opts[0] if param else "value",
+                float(value) if isinstance(value, str) else value,
+                self.lo,
+                self.hi,
+                self.lo_open,
+            )
         except ValueError as e:
             self.fail(str(e) if isinstance(e, ConfigError) else f"{value!r} is not a number", param, ctx)
 
@@ -66,8 +82,9 @@ def _as_click(e: Exception) -> click.ClickException:
         return click.ClickException(str(e))
     if isinstance(e, MemoryError):
         return click.ClickException("out of memory: lower --batch-size, --window, --num-images or --size")
-    return click.ClickException(f"unexpected {type(e).__name__}: {e} (rerun as `jacobigen --debug ...` for the "
-                                f"traceback, and please report it)")
+    return click.ClickException(
+        f"unexpected {type(e).__name__}: {e} (rerun as `jacobigen --debug ...` for the traceback, and please report it)"
+    )
 
 
 class Main(click.Group):
@@ -107,8 +124,9 @@ def image_format(out: Path) -> str:
     Image.init()
     fmt = Image.registered_extensions().get(out.suffix.lower())
     if fmt not in Image.SAVE:
-        raise BadInput(f"--out {out}: the extension {out.suffix or '(none)'!r} names no image format Pillow can "
-                       f"write; use .png")
+        raise BadInput(
+            f"--out {out}: the extension {out.suffix or '(none)'!r} names no image format Pillow can write; use .png"
+        )
     return fmt
 
 
@@ -119,8 +137,7 @@ def options_of(pairs: tuple[str, ...]) -> dict:
     except ConfigError as e:
         raise click.BadParameter(str(e), param_hint="--option") from e
     for key in options.keys() & RESERVED:
-        raise click.BadParameter(f"{key} is not a method option: use --{key.replace('_', '-')}",
-                                 param_hint=f"-o {key}")
+        raise click.BadParameter(f"{key} is not a method option: use --{key.replace('_', '-')}", param_hint=f"-o {key}")
     return options
 
 
@@ -141,13 +158,18 @@ def check_method(method: str, window: int, options: dict) -> None:
 
 
 THREADS = click.option(
-    "--threads", type=click.IntRange(min=1), default=None,
+    "--threads",
+    type=click.IntRange(min=1),
+    default=None,
     help="Torch CPU threads (default: 1 for a model under 50M parameters on the CPU, where a second "
-         "OpenMP thread stalls whenever the other core is busy; else torch's default).")
+    "OpenMP thread stalls whenever the other core is busy; else torch's default).",
+)
 TRUST = click.option(
-    "--trust-checkpoint", is_flag=True,
+    "--trust-checkpoint",
+    is_flag=True,
     help="Let pickled checkpoints that hold Python objects load (LlamaGen's training checkpoints store "
-         "their argparse.Namespace). Unpickling can run code: only for files you trust.")
+    "their argparse.Namespace). Unpickling can run code: only for files you trust.",
+)
 DEFAULTS = ", ".join(f"{k.replace('_', '-')} {v}" for k, v in E.SAMPLING.items())
 
 
@@ -163,29 +185,67 @@ def decoding_options(default_model: str, model_help: str):
     shared = [
         click.option("--model", "model_spec", default=default_model, show_default=True, help=model_help),
         click.option("--device", default=None, help="cpu, cuda, cuda:1 ... (default: cuda if available)."),
-        click.option("--method", default="sjd", show_default=True,
-                     help="A preset, or parts joined by + such as scd-gs+pac+vp (see `jacobigen methods`)."),
-        click.option("--window", default=32, show_default=True, type=click.IntRange(min=1),
-                     help="Tokens in flight per iteration (at most the image's tokens + 4096)."),
-        click.option("--seed", default=0, show_default=True, type=click.IntRange(0, MAX_SEED),
-                     help="Image (clip) i gets seed SEED + i."),
-        click.option("--batch-size", type=click.IntRange(min=1), default=None,
-                     help="Images decoded together (default: all that fit in half the free memory); finished "
-                          "rows take the next prompt."),
-        click.option("--cfg", type=Finite(), default=None,
-                     help=f"Classifier-free guidance scale (1: none). Default: the model's own (the default model "
-                          f"samples with {DEFAULTS}; random with cfg 1, temperature 1, all ids)."),
-        click.option("--temperature", type=Finite(0, lo_open=True), default=None,
-                     help="Softmax temperature, > 0 (smaller: sharper). Default: the model's own (1 for the "
-                          "default model)."),
-        click.option("--top-k", type=click.IntRange(min=1), default=None,
-                     help="Sample among the K most likely image ids. Default: the model's own (200 for the "
-                          "default model; all for random)."),
-        click.option("--top-p", type=Finite(0, 1, lo_open=True), default=None,
-                     help="Sample among the most likely ids holding this much probability, in (0, 1]. Default: 1."),
+        click.option(
+            "--method",
+            default="sjd",
+            show_default=True,
+            help="A preset, or parts joined by + such as scd-gs+pac+vp (see `jacobigen methods`).",
+        ),
+        click.option(
+            "--window",
+            default=32,
+            show_default=True,
+            type=click.IntRange(min=1),
+            help="Tokens in flight per iteration (at most the image's tokens + 4096).",
+        ),
+        click.option(
+            "--seed",
+            default=0,
+            show_default=True,
+            type=click.IntRange(0, MAX_SEED),
+            help="Image (clip) i gets seed SEED + i.",
+        ),
+        click.option(
+            "--batch-size",
+            type=click.IntRange(min=1),
+            default=None,
+            help="Images decoded together (default: all that fit in half the free memory); finished "
+            "rows take the next prompt.",
+        ),
+        click.option(
+            "--cfg",
+            type=Finite(),
+            default=None,
+            help=f"Classifier-free guidance scale (1: none). Default: the model's own (the default model "
+            f"samples with {DEFAULTS}; random with cfg 1, temperature 1, all ids).",
+        ),
+        click.option(
+            "--temperature",
+            type=Finite(0, lo_open=True),
+            default=None,
+            help="Softmax temperature, > 0 (smaller: sharper). Default: the model's own (1 for the default model).",
+        ),
+        click.option(
+            "--top-k",
+            type=click.IntRange(min=1),
+            default=None,
+            help="Sample among the K most likely image ids. Default: the model's own (200 for the "
+            "default model; all for random).",
+        ),
+        click.option(
+            "--top-p",
+            type=Finite(0, 1, lo_open=True),
+            default=None,
+            help="Sample among the most likely ids holding this much probability, in (0, 1]. Default: 1.",
+        ),
         click.option("--option", "-o", "options", multiple=True, help="Method hyper-parameter, KEY=VALUE."),
-        click.option("--stats", "stats_path", type=click.Path(path_type=Path), default=None,
-                     help="Also write the decoding statistics as JSON."),
+        click.option(
+            "--stats",
+            "stats_path",
+            type=click.Path(path_type=Path),
+            default=None,
+            help="Also write the decoding statistics as JSON.",
+        ),
         click.option("--progress/--no-progress", default=True, show_default=True),
     ]
 
@@ -193,83 +253,168 @@ def decoding_options(default_model: str, model_help: str):
         for option in reversed(shared):
             f = option(f)
         return f
+
     return apply
 
 
 @main.command()
 @click.argument("prompts", nargs=-1)
 @decoding_options("default", "'default' (embedded emoji model), 'random' (random weights), or FAMILY:PATH.")
-@click.option("--num-images", default=1, show_default=True, type=click.IntRange(1, MAX_IMAGES),
-              help="Images per prompt.")
-@click.option("--out", type=click.Path(path_type=Path), default=None,
-              help="Image to write, a grid when several; its extension names the format.  [default: out.png]")
-@click.option("--size", default=256, show_default=True, type=click.IntRange(8, MAX_SIZE),
-              help="Width in pixels of each image in the PNG.")
-@click.option("--prompts", "prompts_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="File with one prompt per line: one PNG + JSON record per image in --out-dir; "
-                   "a rerun skips finished images.")
-@click.option("--out-dir", type=click.Path(file_okay=False, path_type=Path), default=Path("jacobigen-out"),
-              show_default=True, help="Output folder for --prompts / --ray runs.")
-@click.option("--chunk", default=16, show_default=True, type=click.IntRange(min=1),
-              help="Images per decode call in --prompts / --ray runs (outputs land per chunk).")
+@click.option(
+    "--num-images", default=1, show_default=True, type=click.IntRange(1, MAX_IMAGES), help="Images per prompt."
+)
+@click.option(
+    "--out",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Image to write, a grid when several; its extension names the format.  [default: out.png]",
+)
+@click.option(
+    "--size",
+    default=256,
+    show_default=True,
+    type=click.IntRange(8, MAX_SIZE),
+    help="Width in pixels of each image in the PNG.",
+)
+@click.option(
+    "--prompts",
+    "prompts_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="File with one prompt per line: one PNG + JSON record per image in --out-dir; a rerun skips finished images.",
+)
+@click.option(
+    "--out-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("jacobigen-out"),
+    show_default=True,
+    help="Output folder for --prompts / --ray runs.",
+)
+@click.option(
+    "--chunk",
+    default=16,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Images per decode call in --prompts / --ray runs (outputs land per chunk).",
+)
 @click.option("--ray", "use_ray", is_flag=True, help="Fan the images out to Ray workers.")
 @click.option("--address", default=None, help="Ray cluster address (default: start a local instance).")
 @click.option("--workers", default=2, show_default=True, type=click.IntRange(1, 1024), help="Ray workers.")
-@click.option("--trace", is_flag=True,
-              help="Also write OUT's stem + .trace.png: which iteration committed each token, per image.")
+@click.option(
+    "--trace", is_flag=True, help="Also write OUT's stem + .trace.png: which iteration committed each token, per image."
+)
 @THREADS
 @TRUST
-def generate(prompts, model_spec, device, method, window, seed, num_images, batch_size, cfg, temperature,
-             top_k, top_p, options, out, size, stats_path, prompts_file, out_dir, chunk, use_ray, address,
-             workers, progress, threads, trace, trust_checkpoint):
+def generate(
+    prompts,
+    model_spec,
+    device,
+    method,
+    window,
+    seed,
+    num_images,
+    batch_size,
+    cfg,
+    temperature,
+    top_k,
+    top_p,
+    options,
+    out,
+    size,
+    stats_path,
+    prompts_file,
+    out_dir,
+    chunk,
+    use_ray,
+    address,
+    workers,
+    progress,
+    threads,
+    trace,
+    trust_checkpoint,
+):
     """Generate images for PROMPTS and report how many forward passes it took."""
     jobs_run = prompts_file is not None or use_ray
     _check_combination(prompts, prompts_file, use_ray, address, out, stats_path, threads, trace)
     options = options_of(options)
-    sampling = {k: v for k, v in dict(cfg=cfg, temperature=temperature, top_k=top_k, top_p=top_p).items()
-                if v is not None}
+    sampling = {
+        k: v for k, v in dict(cfg=cfg, temperature=temperature, top_k=top_k, top_p=top_p).items() if v is not None
+    }
     if jobs_run:
         texts = read_prompts(prompts_file) if prompts_file else list(prompts)
         check_seeds(seed, len(texts) * num_images)
         check_writable(out_dir, "--out-dir", folder=True)
         check_method(method, window, options)
-        return _generate_jobs(texts, (model_spec, device, trust_checkpoint), num_images, seed, out_dir, chunk,
-                              use_ray, address, workers, progress, threads, batch_size,
-                              dict(method=method, window=window, options=options, sampling=sampling))
+        return _generate_jobs(
+            texts,
+            (model_spec, device, trust_checkpoint),
+            num_images,
+            seed,
+            out_dir,
+            chunk,
+            use_ray,
+            address,
+            workers,
+            progress,
+            threads,
+            batch_size,
+            dict(method=method, window=window, options=options, sampling=sampling),
+        )
     out = out or Path("out.png")
     n = len(prompts) * num_images
     if n > MAX_SHEET_IMAGES:
-        raise click.BadParameter(f"{len(prompts)} prompt(s) x {num_images} make {n} images, more than one sheet "
-                                 f"holds ({MAX_SHEET_IMAGES}): use --prompts FILE --out-dir DIR for many images",
-                                 param_hint="--num-images")
+        raise click.BadParameter(
+            f"{len(prompts)} prompt(s) x {num_images} make {n} images, more than one sheet "
+            f"holds ({MAX_SHEET_IMAGES}): use --prompts FILE --out-dir DIR for many images",
+            param_hint="--num-images",
+        )
     if n * size * size > MAX_SHEET_PIXELS:
-        raise click.BadParameter(f"{size} for {n} image(s) makes a sheet of about {n * size * size:,} pixels, more "
-                                 f"than {MAX_SHEET_PIXELS:,}: lower --size", param_hint="--size")
+        raise click.BadParameter(
+            f"{size} for {n} image(s) makes a sheet of about {n * size * size:,} pixels, more "
+            f"than {MAX_SHEET_PIXELS:,}: lower --size",
+            param_hint="--size",
+        )
     check_seeds(seed, n)
     fmt = image_format(check_writable(out, "--out"))
     if stats_path:
         check_writable(stats_path, "--stats")
     check_method(method, window, options)
-    _generate_sheet(prompts, (model_spec, device, trust_checkpoint), num_images, seed, out, fmt, size, stats_path,
-                    progress, threads, trace, dict(method=method, window=window, batch_size=batch_size, **options,
-                                                   **sampling))
+    _generate_sheet(
+        prompts,
+        (model_spec, device, trust_checkpoint),
+        num_images,
+        seed,
+        out,
+        fmt,
+        size,
+        stats_path,
+        progress,
+        threads,
+        trace,
+        dict(method=method, window=window, batch_size=batch_size, **options, **sampling),
+    )
 
 
 def _check_combination(prompts, prompts_file, use_ray, address, out, stats_path, threads, trace) -> None:
     """Flags that would be silently ignored together are refused instead."""
     if prompts_file and prompts:
-        raise click.UsageError(f"give PROMPTS or --prompts FILE, not both (got {len(prompts)} prompt(s) and "
-                               f"--prompts {prompts_file})")
+        raise click.UsageError(
+            f"give PROMPTS or --prompts FILE, not both (got {len(prompts)} prompt(s) and --prompts {prompts_file})"
+        )
     if not prompts_file and not prompts:
         raise click.UsageError("give PROMPTS or --prompts FILE")
     if prompts_file or use_ray:
         flag = "--out" if out else "--stats" if stats_path else None
         if flag:
-            raise click.UsageError(f"{flag} writes one sheet; with --prompts/--ray every image goes to --out-dir "
-                                   f"(and its statistics to --out-dir/stats.json)")
+            raise click.UsageError(
+                f"{flag} writes one sheet; with --prompts/--ray every image goes to --out-dir "
+                f"(and its statistics to --out-dir/stats.json)"
+            )
         if trace:
-            raise click.UsageError("--trace draws one sheet's acceptance maps; with --prompts/--ray use "
-                                   "`jacobigen bench` (acceptance.png) or the API's gen.stats.when")
+            raise click.UsageError(
+                "--trace draws one sheet's acceptance maps; with --prompts/--ray use "
+                "`jacobigen bench` (acceptance.png) or the API's gen.stats.when"
+            )
     if address and not use_ray:
         raise click.UsageError("--address names a Ray cluster: add --ray")
     if trace:
@@ -298,8 +443,9 @@ def _images_only(pipe):
     return pipe
 
 
-def _generate_sheet(prompts, model, num_images, seed, out, fmt, size, stats_path, progress, threads, trace,
-                    gen_options):
+def _generate_sheet(
+    prompts, model, num_images, seed, out, fmt, size, stats_path, progress, threads, trace, gen_options
+):
     """One sheet of images in ``out`` (and the statistics in ``stats_path``, the acceptance maps
     beside ``out`` with ``trace``); ``model`` is (spec, device, trust_checkpoint)."""
     pipe = _images_only(_load(*model[:2], threads, model[2]))
@@ -324,17 +470,21 @@ def _report(pipe, gen, texts, seeds, window, out, stats_path, trace) -> None:
     window = window if gen.method.window is None else gen.method.window
     what = "clip(s)" if isinstance(pipe.layout, VideoLayout) else "image(s)"
     click.echo(f"method: {gen.method.name} ({kind}), window {window}")
-    click.echo(f"NFE: {s.nfe} forward passes for {len(texts)} {what}; per {what[:-3]} {per_seq:.1f} vs "
-               f"{ar_nfe} for AR -> step compression {s.step_compression(ar_nfe):.2f}x")
-    split = "" if s.forward_time is None else \
-        f" (model forward {s.forward_time:.2f} s, other {s.overhead_time:.2f} s)"
+    click.echo(
+        f"NFE: {s.nfe} forward passes for {len(texts)} {what}; per {what[:-3]} {per_seq:.1f} vs "
+        f"{ar_nfe} for AR -> step compression {s.step_compression(ar_nfe):.2f}x"
+    )
+    split = "" if s.forward_time is None else f" (model forward {s.forward_time:.2f} s, other {s.overhead_time:.2f} s)"
     click.echo(f"wall time: {s.wall_time:.2f} s{split}")
     if gen.method.part("tree"):
-        click.echo(f"tree: {s.nodes_per_iteration:.0f} nodes per forward, {sum(s.sibling_tokens)} token(s) from "
-                   f"off-spine nodes, {s.tokens_per_node:.3f} tokens per node")
+        click.echo(
+            f"tree: {s.nodes_per_iteration:.0f} nodes per forward, {sum(s.sibling_tokens)} token(s) from "
+            f"off-spine nodes, {s.tokens_per_node:.3f} tokens per node"
+        )
     if stats_path:
-        atomic_write(stats_path, json.dumps({"method": gen.method.name, "ar_nfe": ar_nfe, **s.as_dict()},
-                                            indent=2).encode())
+        atomic_write(
+            stats_path, json.dumps({"method": gen.method.name, "ar_nfe": ar_nfe, **s.as_dict()}, indent=2).encode()
+        )
     click.echo(f"wrote {out}")
     if trace:
         trace_path = out.with_name(out.stem + ".trace.png")
@@ -343,37 +493,76 @@ def _report(pipe, gen, texts, seeds, window, out, stats_path, trace) -> None:
         click.echo(f"wrote {trace_path}")
 
 
-CLIP_FORMATS = {".gif": "GIF", ".png": "PNG", ".apng": "PNG", ".webp": "WEBP"}   # animated, by Pillow
-MAX_CLIPS = 64                # clips in one --out file (tiled per frame)
+CLIP_FORMATS = {".gif": "GIF", ".png": "PNG", ".apng": "PNG", ".webp": "WEBP"}  # animated, by Pillow
+MAX_CLIPS = 64  # clips in one --out file (tiled per frame)
 
 
 @main.command("generate-video")
 @click.argument("prompts", nargs=-1, required=True)
-@decoding_options("emoji-video", "'emoji-video' (embedded animated emoji, not trained yet), 'random-video' "
-                                 "(random weights), or cosmos:DIR.")
-@click.option("--frames", type=click.IntRange(1, 1024), default=None,
-              help="Frames per clip (default: the model's own; Cosmos' is fixed by its checkpoint).")
+@decoding_options(
+    "emoji-video",
+    "'emoji-video' (embedded animated emoji, not trained yet), 'random-video' (random weights), or cosmos:DIR.",
+)
+@click.option(
+    "--frames",
+    type=click.IntRange(1, 1024),
+    default=None,
+    help="Frames per clip (default: the model's own; Cosmos' is fixed by its checkpoint).",
+)
 @click.option("--num-clips", default=1, show_default=True, type=click.IntRange(1, MAX_CLIPS), help="Clips per prompt.")
-@click.option("--out", type=click.Path(path_type=Path), default=Path("clip.gif"), show_default=True,
-              help="Animated .gif, .png (APNG) or .webp; several clips are tiled in every frame.")
-@click.option("--size", default=128, show_default=True, type=click.IntRange(8, MAX_SIZE),
-              help="Width in pixels of each clip.")
+@click.option(
+    "--out",
+    type=click.Path(path_type=Path),
+    default=Path("clip.gif"),
+    show_default=True,
+    help="Animated .gif, .png (APNG) or .webp; several clips are tiled in every frame.",
+)
+@click.option(
+    "--size", default=128, show_default=True, type=click.IntRange(8, MAX_SIZE), help="Width in pixels of each clip."
+)
 @click.option("--fps", default=4.0, show_default=True, type=Finite(0.1, 100), help="Frames per second.")
-@click.option("--trace", is_flag=True,
-              help="Also write OUT's stem + .trace.png: which iteration committed each token, a clip's frames "
-                   "side by side.")
+@click.option(
+    "--trace",
+    is_flag=True,
+    help="Also write OUT's stem + .trace.png: which iteration committed each token, a clip's frames side by side.",
+)
 @THREADS
 @TRUST
-def generate_video(prompts, model_spec, device, method, window, seed, batch_size, cfg, temperature, top_k, top_p,
-                   options, stats_path, progress, frames, num_clips, out, size, fps, trace, threads, trust_checkpoint):
+def generate_video(
+    prompts,
+    model_spec,
+    device,
+    method,
+    window,
+    seed,
+    batch_size,
+    cfg,
+    temperature,
+    top_k,
+    top_p,
+    options,
+    stats_path,
+    progress,
+    frames,
+    num_clips,
+    out,
+    size,
+    fps,
+    trace,
+    threads,
+    trust_checkpoint,
+):
     """Generate clips for PROMPTS with any method and report how many forward passes it took."""
     options = options_of(options)
-    sampling = {k: v for k, v in dict(cfg=cfg, temperature=temperature, top_k=top_k, top_p=top_p).items()
-                if v is not None}
+    sampling = {
+        k: v for k, v in dict(cfg=cfg, temperature=temperature, top_k=top_k, top_p=top_p).items() if v is not None
+    }
     n = len(prompts) * num_clips
     if n > MAX_CLIPS:
-        raise click.BadParameter(f"{len(prompts)} prompt(s) x {num_clips} make {n} clips, more than one file holds "
-                                 f"({MAX_CLIPS})", param_hint="--num-clips")
+        raise click.BadParameter(
+            f"{len(prompts)} prompt(s) x {num_clips} make {n} clips, more than one file holds ({MAX_CLIPS})",
+            param_hint="--num-clips",
+        )
     if out.suffix.lower() not in CLIP_FORMATS:
         raise BadInput(f"--out {out}: write an animated {', '.join(CLIP_FORMATS)} file")
     check_writable(out, "--out")
@@ -385,18 +574,26 @@ def generate_video(prompts, model_spec, device, method, window, seed, batch_size
     check_method(method, window, options)
     pipe = _load(model_spec, device, threads, trust_checkpoint).with_frames(frames)
     texts = [p for p in prompts for _ in range(num_clips)]
-    gen, clips = pipe.generate(texts, seed=seeds, progress=progress, method=method, window=window,
-                               batch_size=batch_size, **options, **sampling)
+    gen, clips = pipe.generate(
+        texts, seed=seeds, progress=progress, method=method, window=window, batch_size=batch_size, **options, **sampling
+    )
     sheets = [image_grid(list(frame), size) for frame in zip(*clips, strict=True)]
     buf = io.BytesIO()
-    sheets[0].save(buf, format=CLIP_FORMATS[out.suffix.lower()], save_all=True, append_images=sheets[1:],
-                   duration=round(1000 / fps), loop=0)
+    sheets[0].save(
+        buf,
+        format=CLIP_FORMATS[out.suffix.lower()],
+        save_all=True,
+        append_images=sheets[1:],
+        duration=round(1000 / fps),
+        loop=0,
+    )
     atomic_write(out, buf.getvalue())
     _report(pipe, gen, texts, seeds, window, out, stats_path, trace)
 
 
-def _generate_jobs(texts, model, num_images, seed, out_dir, chunk, use_ray, address, workers,
-                   progress, threads, batch_size, settings):
+def _generate_jobs(
+    texts, model, num_images, seed, out_dir, chunk, use_ray, address, workers, progress, threads, batch_size, settings
+):
     """One PNG and record per image in ``out_dir``, locally or on Ray; finished images are kept
     when their record matches ``settings`` (method, window, options, sampling) and the model
     (spec, device, trust_checkpoint)."""
@@ -410,8 +607,13 @@ def _generate_jobs(texts, model, num_images, seed, out_dir, chunk, use_ray, addr
 
     model_spec, device, trust_checkpoint = model
     spec = get_method(settings["method"])
-    settings = {"model": model_spec, "weights": weights_id(model_spec), **settings, "method": spec.name,
-                "window": spec.window or settings["window"]}
+    settings = {
+        "model": model_spec,
+        "weights": weights_id(model_spec),
+        **settings,
+        "method": spec.name,
+        "window": spec.window or settings["window"],
+    }
     jobs, outputs = plan(texts, num_images, seed), Outputs(out_dir, settings)
     survey = outputs.survey(jobs)
     todo = sum(len(j) for j in survey.values())
@@ -428,9 +630,19 @@ def _generate_jobs(texts, model, num_images, seed, out_dir, chunk, use_ray, addr
     elif use_ray:
         from .tools.distributed import run_ray
 
-        run = run_ray(model_spec, jobs, outputs, workers=workers, address=address, device=device, chunk=chunk,
-                      batch_size=batch_size, on_result=lambda job, rec: bar.update(1),
-                      trust_checkpoint=trust_checkpoint, **gen_options)
+        run = run_ray(
+            model_spec,
+            jobs,
+            outputs,
+            workers=workers,
+            address=address,
+            device=device,
+            chunk=chunk,
+            batch_size=batch_size,
+            on_result=lambda job, rec: bar.update(1),
+            trust_checkpoint=trust_checkpoint,
+            **gen_options,
+        )
     else:
         from .tools.jobs import run_local
 
@@ -439,10 +651,12 @@ def _generate_jobs(texts, model, num_images, seed, out_dir, chunk, use_ray, addr
     bar.close()
     wall = time.perf_counter() - t0
     summary = outputs.summarise(jobs, made=todo, wall_time=wall, **run)
-    click.echo(f"{summary['images']} image(s) in {out_dir}; made {todo} in {wall:.1f} s "
-               f"({summary['images_per_second']:.2f} images/s, {summary['image_tokens_per_second']:.0f} "
-               f"image tokens/s); step compression {summary['step_compression']:.2f}x; "
-               f"wrote {out_dir / 'stats.json'}")
+    click.echo(
+        f"{summary['images']} image(s) in {out_dir}; made {todo} in {wall:.1f} s "
+        f"({summary['images_per_second']:.2f} images/s, {summary['image_tokens_per_second']:.0f} "
+        f"image tokens/s); step compression {summary['step_compression']:.2f}x; "
+        f"wrote {out_dir / 'stats.json'}"
+    )
 
 
 def _csv(kind):
@@ -453,6 +667,7 @@ def _csv(kind):
             return [v if v == "auto" else kind(v) for v in value.split(",") if v]
         except ValueError as e:
             raise click.BadParameter(str(e)) from e
+
     return parse
 
 
@@ -473,32 +688,81 @@ def _variants(ctx, param, value):
 @main.command()
 @click.option("--model", "model_spec", default="default", show_default=True)
 @click.option("--device", default=None, help="cpu, cuda, ... (default: cuda if available).")
-@click.option("--methods", "method_names", default="sjd,scd-mc,scd-gs,sjd-pac,sjd-vp,scd-mc+pac+vp",
-              show_default=True, callback=_variants,
-              help="Comma-separated presets (ar and the plain loop plain-ar always run); a preset with options "
-                   "is written NAME[key=value,...], e.g. 'sjd-pac[tree_budget=full,window=32]'.")
-@click.option("--window", "windows", default="16,32,64", show_default=True, callback=_csv(int),
-              help="Comma-separated windows; 'auto' picks one per method from this device's costs.")
-@click.option("--prompts", "n_prompts", default=2, show_default=True, type=int,
-              help="How many of the model's example prompts to use.")
-@click.option("--prompt", "prompt_texts", multiple=True,
-              help="A prompt to run instead of the example prompts (repeatable; a Cosmos prompt is its .npy "
-                   "of condition tokens).")
+@click.option(
+    "--methods",
+    "method_names",
+    default="sjd,scd-mc,scd-gs,sjd-pac,sjd-vp,scd-mc+pac+vp",
+    show_default=True,
+    callback=_variants,
+    help="Comma-separated presets (ar and the plain loop plain-ar always run); a preset with options "
+    "is written NAME[key=value,...], e.g. 'sjd-pac[tree_budget=full,window=32]'.",
+)
+@click.option(
+    "--window",
+    "windows",
+    default="16,32,64",
+    show_default=True,
+    callback=_csv(int),
+    help="Comma-separated windows; 'auto' picks one per method from this device's costs.",
+)
+@click.option(
+    "--prompts",
+    "n_prompts",
+    default=2,
+    show_default=True,
+    type=int,
+    help="How many of the model's example prompts to use.",
+)
+@click.option(
+    "--prompt",
+    "prompt_texts",
+    multiple=True,
+    help="A prompt to run instead of the example prompts (repeatable; a Cosmos prompt is its .npy "
+    "of condition tokens).",
+)
 @click.option("--seeds", "n_seeds", default=1, show_default=True, type=int)
-@click.option("--fid", "n_fid", default=0, show_default=True, type=click.IntRange(min=0),
-              help="Images per row for FID vs ar and vs held-out data (0: off; needs jacobigen[eval]).")
-@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
-              default=Path("bench-out"), show_default=True)
-@click.option("--threads", "thread_counts", default=None, callback=_csv(int),
-              help="Comma-separated torch CPU thread counts: the whole bench runs once per count, each in "
-                   "OUT/threads-N/ when there are several (default: one run, 1 thread for a model under 50M "
-                   "parameters on the CPU, else torch's default).")
-@click.option("--compile", "use_compile", is_flag=True,
-              help="Also run the bench with the model forward under torch.compile(dynamic=True), in "
-                   "OUT/threads-N-compiled/, compared against compiled ar and the compiled plain loop.")
+@click.option(
+    "--fid",
+    "n_fid",
+    default=0,
+    show_default=True,
+    type=click.IntRange(min=0),
+    help="Images per row for FID vs ar and vs held-out data (0: off; needs jacobigen[eval]).",
+)
+@click.option(
+    "--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=Path("bench-out"), show_default=True
+)
+@click.option(
+    "--threads",
+    "thread_counts",
+    default=None,
+    callback=_csv(int),
+    help="Comma-separated torch CPU thread counts: the whole bench runs once per count, each in "
+    "OUT/threads-N/ when there are several (default: one run, 1 thread for a model under 50M "
+    "parameters on the CPU, else torch's default).",
+)
+@click.option(
+    "--compile",
+    "use_compile",
+    is_flag=True,
+    help="Also run the bench with the model forward under torch.compile(dynamic=True), in "
+    "OUT/threads-N-compiled/, compared against compiled ar and the compiled plain loop.",
+)
 @TRUST
-def bench(model_spec, device, method_names, windows, n_prompts, prompt_texts, n_seeds, n_fid, out_dir, thread_counts,
-          use_compile, trust_checkpoint):
+def bench(
+    model_spec,
+    device,
+    method_names,
+    windows,
+    n_prompts,
+    prompt_texts,
+    n_seeds,
+    n_fid,
+    out_dir,
+    thread_counts,
+    use_compile,
+    trust_checkpoint,
+):
     """Compare methods on the same prompts and seeds; write bench.json and bench.md."""
     from .models.load import load_pipeline
     from .tools.bench import run_fid, run_settings, write_reports
@@ -524,13 +788,22 @@ def bench(model_spec, device, method_names, windows, n_prompts, prompt_texts, n_
             raise click.BadParameter(f"FID scores images; the {pipe.name} model makes clips", param_hint="--fid")
 
         network()  # fail before the timing runs when the eval extra is missing
-    results = run_settings(pipe, thread_counts or [None], use_compile, method_names, windows, prompts,
-                           image_seeds(0, n_seeds), model_spec=model_spec)
+    results = run_settings(
+        pipe,
+        thread_counts or [None],
+        use_compile,
+        method_names,
+        windows,
+        prompts,
+        image_seeds(0, n_seeds),
+        model_spec=model_spec,
+    )
     if n_fid:  # image quality does not depend on threads or compilation: the first setting gets it
         rows, extra = next(iter(results.values()))
         extra.update(run_fid(pipe, rows, n_fid))
-    text = write_reports(results, out_dir, {"model": pipe.name, "prompts": prompts, "seeds": n_seeds,
-                                            "sampling": pipe.defaults})
+    text = write_reports(
+        results, out_dir, {"model": pipe.name, "prompts": prompts, "seeds": n_seeds, "sampling": pipe.defaults}
+    )
     click.echo(text)
     folders = "plots" if len(results) == 1 else f"a folder per setting ({', '.join(results)})"
     click.echo(f"wrote {out_dir}/: bench.json, bench.md and {folders}")
@@ -539,21 +812,50 @@ def bench(model_spec, device, method_names, windows, n_prompts, prompt_texts, n_
 @main.command()
 @click.option("--model", "model_spec", default="default", show_default=True)
 @click.option("--device", default=None, help="cpu, cuda, ... (default: cuda if available).")
-@click.option("--methods", "method_names", default="ar,sjd-pac", show_default=True, callback=_csv(str),
-              help="Comma-separated presets.")
-@click.option("--batch", "batch_sizes", default="1,4,16", show_default=True, callback=_csv(int),
-              help="Comma-separated batch sizes.")
-@click.option("--images", "n_images", default=16, show_default=True, type=click.IntRange(min=1),
-              help="Images per (method, batch size).")
+@click.option(
+    "--methods",
+    "method_names",
+    default="ar,sjd-pac",
+    show_default=True,
+    callback=_csv(str),
+    help="Comma-separated presets.",
+)
+@click.option(
+    "--batch",
+    "batch_sizes",
+    default="1,4,16",
+    show_default=True,
+    callback=_csv(int),
+    help="Comma-separated batch sizes.",
+)
+@click.option(
+    "--images",
+    "n_images",
+    default=16,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Images per (method, batch size).",
+)
 @click.option("--window", default=16, show_default=True, type=click.IntRange(min=1))
-@click.option("--repeats", default=1, show_default=True, type=click.IntRange(min=1),
-              help="Runs per setting; the fastest is reported.")
-@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
-              default=Path("bench-out/throughput"), show_default=True)
+@click.option(
+    "--repeats",
+    default=1,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Runs per setting; the fastest is reported.",
+)
+@click.option(
+    "--out",
+    "out_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("bench-out/throughput"),
+    show_default=True,
+)
 @THREADS
 @TRUST
-def throughput(model_spec, device, method_names, batch_sizes, n_images, window, repeats, out_dir, threads,
-               trust_checkpoint):
+def throughput(
+    model_spec, device, method_names, batch_sizes, n_images, window, repeats, out_dir, threads, trust_checkpoint
+):
     """Images/s and tokens/s against batch size; write throughput.json, .md and .png."""
     from .tools.throughput import markdown, run_throughput, write_report
 
@@ -570,13 +872,24 @@ def throughput(model_spec, device, method_names, batch_sizes, n_images, window, 
 @main.command()
 @click.option("--model", "model_spec", default="default", show_default=True)
 @click.option("--device", default=None, help="cpu, cuda, ... (default: cuda if available).")
-@click.option("--prompt", "prompt_texts", multiple=True,
-              help="A prompt to measure on (repeatable; default: the model's first two example prompts).")
-@click.option("--seeds", "n_seeds", default=4, show_default=True, type=click.IntRange(min=1, max=1024),
-              help="Images per prompt, seeds 0..N-1.")
+@click.option(
+    "--prompt",
+    "prompt_texts",
+    multiple=True,
+    help="A prompt to measure on (repeatable; default: the model's first two example prompts).",
+)
+@click.option(
+    "--seeds",
+    "n_seeds",
+    default=4,
+    show_default=True,
+    type=click.IntRange(min=1, max=1024),
+    help="Images per prompt, seeds 0..N-1.",
+)
 @click.option("--window", default=32, show_default=True, type=click.IntRange(min=2, max=1024))
-@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
-              default=Path("analyze-out"), show_default=True)
+@click.option(
+    "--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=Path("analyze-out"), show_default=True
+)
 @click.option("--progress/--no-progress", default=True, show_default=True)
 @THREADS
 @TRUST

@@ -13,8 +13,16 @@ import torch
 
 
 class KVCache:
-    def __init__(self, n_layers: int, rows: int, heads: int, capacity: int, head_dim: int,
-                 dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu"):
+    def __init__(
+        self,
+        n_layers: int,
+        rows: int,
+        heads: int,
+        capacity: int,
+        head_dim: int,
+        dtype: torch.dtype = torch.float32,
+        device: torch.device | str = "cpu",
+    ):
         shape = (rows, heads, capacity, head_dim)
         self.keys = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(n_layers)]
         self.values = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(n_layers)]

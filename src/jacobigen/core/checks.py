@@ -47,7 +47,7 @@ def number(name: str, value, lo: float | None = None, hi: float | None = None, l
     return v
 
 
-MAX_SEED = 2**32 - 1     # seeds are 32-bit keys of the counter-based generator (rng.py)
+MAX_SEED = 2**32 - 1  # seeds are 32-bit keys of the counter-based generator (rng.py)
 
 
 def image_seeds(seed, n: int, what: str = "image") -> list[int]:
@@ -55,8 +55,10 @@ def image_seeds(seed, n: int, what: str = "image") -> list[int]:
     ``seed + i``. Every seed must be a 32-bit key, so none wraps silently."""
     first = integer("seed", seed, 0, MAX_SEED)
     if first + n - 1 > MAX_SEED:
-        raise ConfigError(f"seed {first} with {n} {what}(s) ({what} i gets seed + i) passes the largest seed "
-                          f"{MAX_SEED}: use a seed <= {MAX_SEED - n + 1}")
+        raise ConfigError(
+            f"seed {first} with {n} {what}(s) ({what} i gets seed + i) passes the largest seed "
+            f"{MAX_SEED}: use a seed <= {MAX_SEED - n + 1}"
+        )
     return [first + i for i in range(n)]
 
 

@@ -56,8 +56,13 @@ class ImageModel(Protocol):
 
     def new_cache(self, rows: int, capacity: int) -> KVCache: ...
 
-    def __call__(self, tokens: torch.Tensor, positions: torch.Tensor | None = None,
-                 mask: torch.Tensor | None = None, cache: KVCache | None = None) -> torch.Tensor: ...
+    def __call__(
+        self,
+        tokens: torch.Tensor,
+        positions: torch.Tensor | None = None,
+        mask: torch.Tensor | None = None,
+        cache: KVCache | None = None,
+    ) -> torch.Tensor: ...
 
     def parameters(self) -> Iterator[torch.nn.Parameter]: ...
 
@@ -77,8 +82,10 @@ def model_device(model: ImageModel) -> torch.device:
     a bare StopIteration from deep inside the decoder."""
     first = next(iter(model.parameters()), None) if hasattr(model, "parameters") else None
     if first is None:
-        raise ConfigError(f"{type(model).__name__} has no parameters: the decoders take the device from the "
-                          "model's first parameter, so register at least one (an nn.Module with weights)")
+        raise ConfigError(
+            f"{type(model).__name__} has no parameters: the decoders take the device from the "
+            "model's first parameter, so register at least one (an nn.Module with weights)"
+        )
     return first.device
 
 
@@ -88,22 +95,27 @@ def check_model(model: ImageModel) -> torch.device:
     for name in ("vocab_size", "max_seq_len"):
         value = getattr(model, name, None)
         if not isinstance(value, int) or value < 1:
-            raise ConfigError(f"{type(model).__name__}.{name} must be a positive int, got {value!r} "
-                              "(see jacobigen.core.contract.ImageModel)")
+            raise ConfigError(
+                f"{type(model).__name__}.{name} must be a positive int, got {value!r} "
+                "(see jacobigen.core.contract.ImageModel)"
+            )
     device = model_device(model)
     if not callable(getattr(model, "new_cache", None)):
-        raise ConfigError(f"{type(model).__name__} has no new_cache(rows, capacity) "
-                          "(see jacobigen.core.contract.ImageModel)")
+        raise ConfigError(
+            f"{type(model).__name__} has no new_cache(rows, capacity) (see jacobigen.core.contract.ImageModel)"
+        )
     cache = model.new_cache(1, 1)
     if not isinstance(cache, KVCache):
-        raise ConfigError(f"{type(model).__name__}.new_cache must return a jacobigen.core.cache.KVCache, got "
-                          f"{type(cache).__name__}: the decoders commit and roll back through its methods")
+        raise ConfigError(
+            f"{type(model).__name__}.new_cache must return a jacobigen.core.cache.KVCache, got "
+            f"{type(cache).__name__}: the decoders commit and roll back through its methods"
+        )
     return device
 
 
 # --- behaviour --------------------------------------------------------------------------------------
 
-SENTINEL = 1e4   # finite: a hidden slot gets weight exactly 0, and 0 * SENTINEL stays 0
+SENTINEL = 1e4  # finite: a hidden slot gets weight exactly 0, and 0 * SENTINEL stays 0
 
 
 def conformance(model: ImageModel, prompt: list[int], image: list[int], atol: float = 1e-4) -> None:
@@ -122,8 +134,9 @@ def conformance(model: ImageModel, prompt: list[int], image: list[int], atol: fl
     seq = torch.tensor(prompt + image, device=device)
     with torch.inference_mode():
         reference = model(seq[None])
-        assert reference.dtype == torch.float32 and reference.shape == (1, n, model.vocab_size), \
+        assert reference.dtype == torch.float32 and reference.shape == (1, n, model.vocab_size), (
             f"logits must be float32 [R, T, {model.vocab_size}], got {reference.dtype} {tuple(reference.shape)}"
+        )
         cache = model.new_cache(2, n + 2)
         assert isinstance(cache, KVCache) and cache.lengths.tolist() == [0, 0], "new_cache must start empty"
         for buf in (*cache.keys, *cache.values):
@@ -131,35 +144,50 @@ def conformance(model: ImageModel, prompt: list[int], image: list[int], atol: fl
         cut = torch.tensor([p + 2, p], device=device)
         padded = torch.cat([seq[:p], seq.new_zeros(2)])
         positions = torch.arange(p + 2, device=device).expand(2, -1)
-        _forward_checked(model, cache, torch.stack([seq[:p + 2], padded]), positions,
-                         prefix_structure(cut, p + 2), reference, cut, atol, p)
+        _forward_checked(
+            model,
+            cache,
+            torch.stack([seq[: p + 2], padded]),
+            positions,
+            prefix_structure(cut, p + 2),
+            reference,
+            cut,
+            atol,
+            p,
+        )
         cache.commit(None, cut)
         t = n - p - 2
-        block = torch.stack([seq[p + 2:], seq[p:n - 2]])
+        block = torch.stack([seq[p + 2 :], seq[p : n - 2]])
         positions = cut[:, None] + torch.arange(t, device=device)
-        _forward_checked(model, cache, block, positions, causal(t, device), reference, torch.full_like(cut, t),
-                         atol, p)
+        _forward_checked(model, cache, block, positions, causal(t, device), reference, torch.full_like(cut, t), atol, p)
 
 
-def _forward_checked(model, cache, block, positions, structure, reference, valid, atol: float,
-                     prompt: int) -> None:
+def _forward_checked(model, cache, block, positions, structure, reference, valid, atol: float, prompt: int) -> None:
     """One cached forward, checked against ``reference`` on each row's first ``valid[r]`` tokens;
     both rows' prompts are ``prompt`` tokens long."""
     lengths = cache.lengths.clone()
     t = block.shape[1]
-    logits = model(block, positions, block_mask(cache.lengths, cache.capacity, structure), cache,
-                   **prompt_lengths(model, torch.full_like(lengths, prompt)))
-    assert torch.equal(cache.lengths, lengths), \
+    logits = model(
+        block,
+        positions,
+        block_mask(cache.lengths, cache.capacity, structure),
+        cache,
+        **prompt_lengths(model, torch.full_like(lengths, prompt)),
+    )
+    assert torch.equal(cache.lengths, lengths), (
         f"the model changed cache.lengths {lengths.tolist()} -> {cache.lengths.tolist()}: only the decoder commits"
+    )
     keys = cache.keys[0][:, 0, :, 0]
     written = keys != torch.tensor(SENTINEL, dtype=keys.dtype)
     slots = torch.arange(cache.capacity, device=lengths.device)[None]
     in_block = (slots >= lengths[:, None]) & (slots < lengths[:, None] + t)
-    assert not (written & (slots >= lengths[:, None] + t)).any(), \
+    assert not (written & (slots >= lengths[:, None] + t)).any(), (
         "the model wrote cache slots past lengths + arange(T) (write through cache.update only)"
+    )
     assert written[in_block].all(), "the model did not write its block through cache.update"
     for r in range(block.shape[0]):
         v, start = int(valid[r]), int(positions[r, 0])
-        got, want = logits[r, :v], reference[0, start:start + v]
-        assert torch.allclose(got, want, atol=atol, rtol=atol), \
+        got, want = logits[r, :v], reference[0, start : start + v]
+        assert torch.allclose(got, want, atol=atol, rtol=atol), (
             f"row {r}: cached logits differ from the uncached forward by {(got - want).abs().max():.3g}"
+        )

@@ -11,8 +11,8 @@ from . import rng
 
 @dataclass(frozen=True)
 class Draws:
-    seeds: torch.Tensor       # [B] one seed per sequence
-    iteration: torch.Tensor   # [B] iterations this sequence has run
+    seeds: torch.Tensor  # [B] one seed per sequence
+    iteration: torch.Tensor  # [B] iterations this sequence has run
 
     def repeat(self, n: int) -> Draws:
         """The same sequences' draws for n chains per sequence (rows b*n .. b*n + n-1)."""
@@ -37,6 +37,7 @@ class Draws:
         shape = (-1,) + (1,) * positions.dim()
         return rng.gumbel(rng.Stream.GUMBEL, self.seeds.view(shape), positions[..., None], ids)
 
-    def sample(self, probs: torch.Tensor, positions: torch.Tensor, stream: torch.Tensor | int,
-               *extra: torch.Tensor | int) -> torch.Tensor:
+    def sample(
+        self, probs: torch.Tensor, positions: torch.Tensor, stream: torch.Tensor | int, *extra: torch.Tensor | int
+    ) -> torch.Tensor:
         return rng.categorical(probs, self.uniform(positions, stream, *extra).to(probs.device))

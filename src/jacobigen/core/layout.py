@@ -35,8 +35,8 @@ class ImageLayout:
             if tok is not None and lo <= tok < hi:
                 raise ConfigError(f"{name}={tok} lies inside the image id range [{lo}, {hi})")
 
-    frames = 1          # an image is a one-frame clip: the methods below serve both layouts
-    eof_id = cast("int | None", None)     # a class attribute, not a field; VideoLayout's field may hold an id
+    frames = 1  # an image is a one-frame clip: the methods below serve both layouts
+    eof_id = cast("int | None", None)  # a class attribute, not a field; VideoLayout's field may hold an id
 
     @property
     def row_length(self) -> int:
@@ -83,9 +83,9 @@ class ImageLayout:
     def frame_grids(self, tokens: torch.Tensor) -> torch.Tensor:
         """The cells [..., frames, rows, cols] of generated sequences [..., length]."""
         lead = tokens.shape[:-1]
-        body = tokens[..., :self.frames * self.frame_length].reshape(*lead, self.frames, self.frame_length)
-        rows = body[..., :self.rows * self.row_length].reshape(*lead, self.frames, self.rows, self.row_length)
-        return rows[..., :self.cols]
+        body = tokens[..., : self.frames * self.frame_length].reshape(*lead, self.frames, self.frame_length)
+        rows = body[..., : self.rows * self.row_length].reshape(*lead, self.frames, self.rows, self.row_length)
+        return rows[..., : self.cols]
 
     def grid(self, tokens: torch.Tensor) -> torch.Tensor:
         """The image cells [..., rows, cols] of generated sequences [..., length]."""
@@ -99,8 +99,9 @@ class ImageLayout:
 
     def lines(self, device=None) -> Lines:
         """The grid's rows in raster order, frame after frame (what PJD runs in parallel)."""
-        f, r = torch.meshgrid(torch.arange(self.frames, device=device), torch.arange(self.rows, device=device),
-                              indexing="ij")
+        f, r = torch.meshgrid(
+            torch.arange(self.frames, device=device), torch.arange(self.rows, device=device), indexing="ij"
+        )
         f, r = f.flatten(), r.flatten()
         length = torch.full_like(f, self.row_length)
         length += (r == self.rows - 1) & (self.eof_id is not None)
@@ -113,8 +114,8 @@ class Lines:
     """Rows of a layout as spans of the generated sequence: a row owns its cells, its end-of-line id
     and the end ids that close it (end of frame, end of the whole sequence), so the spans tile it."""
 
-    start: torch.Tensor        # [N] raster position of each row's first cell
-    length: torch.Tensor       # [N] tokens it owns
+    start: torch.Tensor  # [N] raster position of each row's first cell
+    length: torch.Tensor  # [N] tokens it owns
     opens_frame: torch.Tensor  # [N] first row of a frame after the first: no row above it in its frame
 
 

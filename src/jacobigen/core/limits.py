@@ -8,8 +8,8 @@ import torch
 
 from .errors import ConfigError
 
-BUDGET = 0.5        # share of the free memory a decode may plan to use
-PER_SLOT = 12       # [slots, V] float buffers a row keeps (targets, drafts' q, history, logits)
+BUDGET = 0.5  # share of the free memory a decode may plan to use
+PER_SLOT = 12  # [slots, V] float buffers a row keeps (targets, drafts' q, history, logits)
 
 
 def free_memory(device: torch.device) -> int | None:
@@ -38,8 +38,9 @@ def size(n: float) -> str:
     return f"{n / 2**30:.1f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
 
 
-def batch_that_fits(model, device: torch.device, rows: int, batch_size: int | None, group: int, capacity: int,
-                    slots: int, window: int) -> int:
+def batch_that_fits(
+    model, device: torch.device, rows: int, batch_size: int | None, group: int, capacity: int, slots: int, window: int
+) -> int:
     """The batch to decode: ``batch_size`` (default: all ``rows``, or as many as fit), checked
     against ``BUDGET`` of the free memory. A sequence holds ``group`` model rows of ``capacity``
     cache slots and ``PER_SLOT`` buffers of [``slots`` + 1, vocab] floats."""
@@ -52,7 +53,9 @@ def batch_that_fits(model, device: torch.device, rows: int, batch_size: int | No
     if batch_size is None and fits >= 1:
         return min(want, fits)
     if want > fits:
-        raise ConfigError(f"a batch of {want} sequence(s) at window {window} needs about {size(want * per_row)} "
-                          f"({size(per_row)} each) but {size(free)} is free on {device} and a decode plans on at most "
-                          f"{BUDGET:.0%} of it: lower the batch size or the window")
+        raise ConfigError(
+            f"a batch of {want} sequence(s) at window {window} needs about {size(want * per_row)} "
+            f"({size(per_row)} each) but {size(free)} is free on {device} and a decode plans on at most "
+            f"{BUDGET:.0%} of it: lower the batch size or the window"
+        )
     return want

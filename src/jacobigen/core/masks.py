@@ -5,8 +5,9 @@ from __future__ import annotations
 import torch
 
 
-def block_mask(lengths: torch.Tensor, capacity: int, structure: torch.Tensor,
-               cached: torch.Tensor | None = None) -> torch.Tensor:
+def block_mask(
+    lengths: torch.Tensor, capacity: int, structure: torch.Tensor, cached: torch.Tensor | None = None
+) -> torch.Tensor:
     """Mask [R, 1, T, C] for a block of T new tokens written right after each row's cached length.
 
     Every cached slot below ``lengths[r]`` is visible (committed tokens), or, when ``cached``
@@ -15,8 +16,8 @@ def block_mask(lengths: torch.Tensor, capacity: int, structure: torch.Tensor,
     """
     t = structure.shape[-1]
     slots = torch.arange(capacity, device=lengths.device)
-    rel = slots[None, :] - lengths[:, None]                       # [R, C] slot index within the block
-    committed = (rel < 0)[:, None, :]                             # [R, 1, C]
+    rel = slots[None, :] - lengths[:, None]  # [R, C] slot index within the block
+    committed = (rel < 0)[:, None, :]  # [R, 1, C]
     in_block = (rel >= 0) & (rel < t)
     structure = structure.expand(lengths.shape[0], t, t)
     block_vis = structure.gather(2, rel.clamp(0, t - 1)[:, None, :].expand(-1, t, -1)) & in_block[:, None, :]
@@ -51,7 +52,7 @@ class BandMask:
         t, dev = structure.shape[-1], structure.device
         band = torch.full((t, 2 * capacity + t), float("-inf"), device=dev)
         band[:, :capacity] = 0.0
-        band[:, capacity:capacity + t] = torch.where(structure, 0.0, float("-inf"))
+        band[:, capacity : capacity + t] = torch.where(structure, 0.0, float("-inf"))
         self.capacity = capacity
         self.windows = band.unfold(1, capacity, 1).permute(1, 0, 2)
 

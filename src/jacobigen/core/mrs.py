@@ -25,8 +25,9 @@ def residual(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     return torch.where(mass > 0, r / mass.clamp(min=torch.finfo(r.dtype).tiny), p)
 
 
-def couple(p: torch.Tensor, q: torch.Tensor, d: torch.Tensor, u_accept: torch.Tensor,
-           u_sample: torch.Tensor) -> torch.Tensor:
+def couple(
+    p: torch.Tensor, q: torch.Tensor, d: torch.Tensor, u_accept: torch.Tensor, u_sample: torch.Tensor
+) -> torch.Tensor:
     """MRS(p, q, d) over whole rows at once: keep d where it passes, else draw from the residual."""
     p_d = p.gather(-1, d[..., None]).squeeze(-1)
     q_d = q.gather(-1, d[..., None]).squeeze(-1)

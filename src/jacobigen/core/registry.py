@@ -15,7 +15,7 @@ from .errors import ConfigError
 # In build order: a wrapper wraps the drafter built before it; a method has at most one part of
 # every other kind.
 KINDS = ("drafter", "wrapper", "tree", "verifier", "layout")
-RESERVED = {"window"}          # pinned per entry by ``name[window=N]``, never a part's option
+RESERVED = {"window"}  # pinned per entry by ``name[window=N]``, never a part's option
 
 
 @dataclass(frozen=True)
@@ -25,7 +25,7 @@ class Part:
     cls: type
     description: str
     prefix: str = ""
-    defaults: dict = field(default_factory=dict)   # other parts' option defaults when combined with this one
+    defaults: dict = field(default_factory=dict)  # other parts' option defaults when combined with this one
 
     @property
     def lossless(self) -> bool:
@@ -51,6 +51,7 @@ def register(name: str, kind: str, description: str, prefix: str = "", defaults:
     """Class decorator: offer the class as part ``name`` of method strings. Parts that can meet in
     one method never share an option name, so that ``-o key=value`` names one part (two drafters
     may: a method has one drafter)."""
+
     def add(cls: type) -> type:
         part = Part(name, kind, cls, description, prefix, dict(defaults or {}))
         if kind not in KINDS:
@@ -63,4 +64,5 @@ def register(name: str, kind: str, description: str, prefix: str = "", defaults:
             raise ConfigError(f"part {name!r}: option(s) {', '.join(clash)} taken (by another part, or reserved)")
         PARTS[name] = part
         return cls
+
     return add

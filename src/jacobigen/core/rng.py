@@ -49,7 +49,7 @@ def _mix(x: torch.Tensor) -> torch.Tensor:
     return x ^ (x >> 16)
 
 
-MAX_KEYS = 15           # keys after the domain word
+MAX_KEYS = 15  # keys after the domain word
 _UNIFORM, _GUMBEL = 0, 1
 
 
@@ -107,10 +107,13 @@ def _small(keys) -> bool:
 def _hash_torch(keys) -> torch.Tensor:
     cut = 0
     if _on_cpu(keys):
-        while cut < len(keys) and _size(keys[:cut + 1]) <= _SMALL:
+        while cut < len(keys) and _size(keys[: cut + 1]) <= _SMALL:
             cut += 1
-    h = torch.from_numpy(_hash_numpy(keys[:cut]).view(np.int64)) if cut else torch.as_tensor(
-        0x9E3779B9, dtype=torch.int64)
+    h = (
+        torch.from_numpy(_hash_numpy(keys[:cut]).view(np.int64))
+        if cut
+        else torch.as_tensor(0x9E3779B9, dtype=torch.int64)
+    )
     for k in keys[cut:]:
         k = torch.as_tensor(k, dtype=torch.int64)
         h = _mix((h ^ (k & _MASK32)) + 0x632BE5AB & _MASK32)

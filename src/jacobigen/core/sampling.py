@@ -39,8 +39,13 @@ class SamplingConfig:
         return self.cfg != 1.0
 
 
-def target_probs(logits: torch.Tensor, sampling: SamplingConfig, allowed: torch.Tensor,
-                 blocked: torch.Tensor | None = None, with_top: bool = False):
+def target_probs(
+    logits: torch.Tensor,
+    sampling: SamplingConfig,
+    allowed: torch.Tensor,
+    blocked: torch.Tensor | None = None,
+    with_top: bool = False,
+):
     """Turn model logits into target distributions of free positions.
 
     logits: [R, T, V], rows interleaved (cond, uncond) per sequence when guided; allowed: [V]
@@ -87,12 +92,12 @@ class TargetPipeline:
         self.allowed = layout.allowed(vocab_size, device)
         self.blocked = ~self.allowed
         k = sampling.top_k
-        self.support_size = k if k is not None and k < vocab_size else None   # ids in with_support's support
+        self.support_size = k if k is not None and k < vocab_size else None  # ids in with_support's support
         self.forced = layout.forced(device)
         ids = sorted(set(self.forced[self.forced >= 0].tolist()))
         self.onehot = torch.zeros(1 + len(ids), vocab_size, device=device)
-        kind = torch.zeros(layout.length + 1, dtype=torch.int64, device=device)   # past the end: free
-        self.ids = torch.tensor([0, *ids], device=device)      # the structural id of each kind
+        kind = torch.zeros(layout.length + 1, dtype=torch.int64, device=device)  # past the end: free
+        self.ids = torch.tensor([0, *ids], device=device)  # the structural id of each kind
         for i, tok in enumerate(ids):
             self.onehot[1 + i, tok] = 1.0
             kind[:-1][self.forced == tok] = 1 + i

@@ -34,8 +34,8 @@ class DecodeStats:
     sibling_tokens: list[int] = field(default_factory=list)
     wall_time: float = 0.0
     forward_time: float | None = 0.0
-    lossless: bool = True        # False for relaxed (lossy) verifiers
-    when: torch.Tensor | None = field(default=None, repr=False, compare=False)   # [B, length] iteration
+    lossless: bool = True  # False for relaxed (lossy) verifiers
+    when: torch.Tensor | None = field(default=None, repr=False, compare=False)  # [B, length] iteration
     #   that committed each token (0: the prefill): the acceptance map
     _pending: list = field(default_factory=list, repr=False, compare=False)
 
@@ -48,8 +48,14 @@ class DecodeStats:
         for s in sequences:
             self.sequence_nfe[s] += 1
 
-    def record(self, sequences: torch.Tensor, step: torch.Tensor, active: torch.Tensor, nodes: torch.Tensor,
-               siblings: torch.Tensor) -> None:
+    def record(
+        self,
+        sequences: torch.Tensor,
+        step: torch.Tensor,
+        active: torch.Tensor,
+        nodes: torch.Tensor,
+        siblings: torch.Tensor,
+    ) -> None:
         """One iteration: row r decoded sequence ``sequences[r]``, evaluated ``nodes[r]`` block
         nodes and committed ``step[r]`` tokens, ``siblings[r]`` of them off the spine. Kept on the
         device until :meth:`finish`, so recording costs no host sync."""
@@ -104,10 +110,17 @@ class DecodeStats:
 
     def as_dict(self) -> dict:
         return {
-            "batch": self.batch, "lossless": self.lossless, "nfe": self.nfe, "sequence_nfe": self.sequence_nfe,
-            "tokens": self.tokens, "mean_accepted": self.mean_accepted,
-            "histogram": self.histogram(), "nodes_per_iteration": self.nodes_per_iteration,
-            "tokens_per_node": self.tokens_per_node, "sibling_tokens": sum(self.sibling_tokens),
+            "batch": self.batch,
+            "lossless": self.lossless,
+            "nfe": self.nfe,
+            "sequence_nfe": self.sequence_nfe,
+            "tokens": self.tokens,
+            "mean_accepted": self.mean_accepted,
+            "histogram": self.histogram(),
+            "nodes_per_iteration": self.nodes_per_iteration,
+            "tokens_per_node": self.tokens_per_node,
+            "sibling_tokens": sum(self.sibling_tokens),
             "wall_time": self.wall_time,
-            "forward_time": self.forward_time, "overhead_time": self.overhead_time,
+            "forward_time": self.forward_time,
+            "overhead_time": self.overhead_time,
         }

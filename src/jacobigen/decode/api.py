@@ -19,14 +19,20 @@ from .methods import Method, get_method
 
 @dataclass
 class Generation:
-    tokens: torch.Tensor   # [B, layout.length] generated tokens, structural ones included
-    grid: torch.Tensor     # [B, rows, cols] image token grid
+    tokens: torch.Tensor  # [B, layout.length] generated tokens, structural ones included
+    grid: torch.Tensor  # [B, rows, cols] image token grid
     stats: DecodeStats
     method: Method
 
 
-def make_decoder(model: ImageModel, layout: ImageLayout, sampling: SamplingConfig, parts: Parts,
-                 timing: bool = False, latents: torch.Tensor | None = None) -> JacobiDecoder:
+def make_decoder(
+    model: ImageModel,
+    layout: ImageLayout,
+    sampling: SamplingConfig,
+    parts: Parts,
+    timing: bool = False,
+    latents: torch.Tensor | None = None,
+) -> JacobiDecoder:
     return JacobiDecoder(model, layout, sampling, parts, timing, latents)
 
 
@@ -35,9 +41,11 @@ def _ids(row, name: str) -> list:
     if hasattr(row, "tolist"):
         row = row.tolist()
     if isinstance(row, (str, bytes)) or not isinstance(row, (list, tuple)) or not row:
-        raise ConfigError(f"{name} must be a non-empty list of token ids (or a list of such lists), got "
-                          f"{row!r:.60}; text prompts go through a pipeline: "
-                          f"jacobigen.models.load_pipeline(...).generate(texts)")
+        raise ConfigError(
+            f"{name} must be a non-empty list of token ids (or a list of such lists), got "
+            f"{row!r:.60}; text prompts go through a pipeline: "
+            f"jacobigen.models.load_pipeline(...).generate(texts)"
+        )
     return list(row)
 
 
@@ -77,11 +85,25 @@ def prompt_rows(prompt, seed: int | list[int], uncond, guided: bool) -> tuple[li
     return [r for pair in zip(prompts, unconds, strict=True) for r in pair], seeds
 
 
-def generate(model: ImageModel, prompt, *, layout: ImageLayout, method: str = "sjd", window: int = 32,
-             seed: int | list[int] = 0, cfg: float = 1.0, uncond=None, temperature: float = 1.0,
-             top_k: int | None = None, top_p: float | None = None, progress: bool = False,
-             batch_size: int | None = None, timing: bool = False, latents: torch.Tensor | None = None,
-             **options) -> Generation:
+def generate(
+    model: ImageModel,
+    prompt,
+    *,
+    layout: ImageLayout,
+    method: str = "sjd",
+    window: int = 32,
+    seed: int | list[int] = 0,
+    cfg: float = 1.0,
+    uncond=None,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    progress: bool = False,
+    batch_size: int | None = None,
+    timing: bool = False,
+    latents: torch.Tensor | None = None,
+    **options,
+) -> Generation:
     """Sample image token grids for one prompt (list of ids) or a batch of prompts.
 
     ``seed`` is one seed per sequence; an int gives sequence i the seed ``seed + i``, and a list of
@@ -98,9 +120,11 @@ def generate(model: ImageModel, prompt, *, layout: ImageLayout, method: str = "s
     """
     spec = get_method(method)
     window = integer("window", window, 1)
-    if window > layout.length + MAX_NODES:       # before a schedule sizes anything by it
-        raise ConfigError(f"window {window} is longer than a block can use: the image has {layout.length} tokens "
-                          f"and a tree at most {MAX_NODES} nodes (window <= {layout.length + MAX_NODES})")
+    if window > layout.length + MAX_NODES:  # before a schedule sizes anything by it
+        raise ConfigError(
+            f"window {window} is longer than a block can use: the image has {layout.length} tokens "
+            f"and a tree at most {MAX_NODES} nodes (window <= {layout.length + MAX_NODES})"
+        )
     if batch_size is not None:
         batch_size = integer("batch_size", batch_size, 1)
     sampling = SamplingConfig(temperature=temperature, top_k=top_k, top_p=top_p, cfg=cfg)

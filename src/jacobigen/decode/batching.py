@@ -20,8 +20,13 @@ from ..core.stats import DecodeStats
 from .engine import Engine, Flight, model_rows
 
 
-def decode(engine: Engine, prefixes: list[list[int]], seeds: list[int], batch_size: int | None = None,
-           on_progress: Callable[[int], None] | None = None) -> tuple[torch.Tensor, DecodeStats]:
+def decode(
+    engine: Engine,
+    prefixes: list[list[int]],
+    seeds: list[int],
+    batch_size: int | None = None,
+    on_progress: Callable[[int], None] | None = None,
+) -> tuple[torch.Tensor, DecodeStats]:
     """prefixes: one token list per model row (cond, uncond interleaved when guided); seeds: one
     per sequence. Returns (tokens [N, length], DecodeStats)."""
     with torch.inference_mode():
@@ -37,8 +42,9 @@ def _decode(engine: Engine, prefixes, seeds, batch_size, on_progress):
     prefixes = [list(p) + list(layout.header) for p in prefixes]
     longest = max(len(p) for p in prefixes)
     if longest + length > model.max_seq_len:
-        raise ConfigError(f"prompt of {longest} tokens plus {length} image tokens exceeds "
-                          f"the model's context of {model.max_seq_len}")
+        raise ConfigError(
+            f"prompt of {longest} tokens plus {length} image tokens exceeds the model's context of {model.max_seq_len}"
+        )
     if min(len(p) for p in prefixes) < 1:
         raise ConfigError("every prompt needs at least one token")
     if any(t < 0 or t >= model.vocab_size for p in prefixes for t in p):
@@ -62,7 +68,7 @@ def _decode(engine: Engine, prefixes, seeds, batch_size, on_progress):
     def admit() -> None:
         """Prefill the next waiting sequences into free rows."""
         nonlocal admitted
-        free = (fl.seq < 0).nonzero().flatten()[:total - admitted]
+        free = (fl.seq < 0).nonzero().flatten()[: total - admitted]
         if not free.numel():
             return
         ids = list(range(admitted, admitted + free.numel()))
@@ -100,7 +106,7 @@ def _decode(engine: Engine, prefixes, seeds, batch_size, on_progress):
         stats.record(fl.seq, step, running, *sched.tally)
         was, running = running, fl.committed < length
         done = was & ~running
-        if on_progress:                                # the one host read of the iteration
+        if on_progress:  # the one host read of the iteration
             n_done, n_tokens = torch.stack([done.sum(), step.sum()]).tolist()
             on_progress(n_tokens)
         else:
@@ -116,7 +122,7 @@ def _decode(engine: Engine, prefixes, seeds, batch_size, on_progress):
             if not n_running:
                 break
             if admitted == total and 4 * (fl.seq.shape[0] - n_running) >= fl.seq.shape[0]:
-                rows = (fl.committed < length).nonzero().flatten()     # nothing waits: drop done rows
+                rows = (fl.committed < length).nonzero().flatten()  # nothing waits: drop done rows
                 fl.select(rows, model_rows(rows, group))
                 sched.select(rows)
                 cache.select(model_rows(rows, group))
@@ -130,7 +136,17 @@ def _decode(engine: Engine, prefixes, seeds, batch_size, on_progress):
 
 def _empty_flight(rows: int, group: int, width: int, length: int, device) -> Flight:
     """``rows`` free rows, counted as finished (``committed = length``)."""
+
     def zeros(*shape):
         return torch.zeros(shape, dtype=torch.int64, device=device)
-    return Flight(zeros(rows) - 1, zeros(rows), zeros(rows), zeros(rows * group), zeros(rows, width),
-                  zeros(rows) + length, torch.zeros(rows, dtype=torch.bool, device=device), zeros(rows, length) - 1)
+
+    return Flight(
+        zeros(rows) - 1,
+        zeros(rows),
+        zeros(rows),
+        zeros(rows * group),
+        zeros(rows, width),
+        zeros(rows) + length,
+        torch.zeros(rows, dtype=torch.bool, device=device),
+        zeros(rows, length) - 1,
+    )

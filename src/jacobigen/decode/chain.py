@@ -26,13 +26,13 @@ class Chain:
         w = self.drafts = window - 1
         self.size, self.length, self.targets, self.device = window, layout.length, targets, device
         self.tree = tree
-        self.levels, self.cap = tree.carve(window) if tree else (0, 0)     # (0, 0): a plain chain
+        self.levels, self.cap = tree.carve(window) if tree else (0, 0)  # (0, 0): a plain chain
         self.universe = universe(self.levels, tree.width, torch.device(device)) if self.levels else None
         self.auto = AutoBudget(tree.gain_bar(window)) if self.levels and tree.budget == "auto" else None
         self.arange_w = torch.arange(w, device=device)
         self.depths = torch.arange(w + 1, device=device)
         self.positions = torch.arange(self.length, device=device)
-        self._empty: dict = {}        # _no_slots, _no_tree: (kind, rows) -> empty tensors
+        self._empty: dict = {}  # _no_slots, _no_tree: (kind, rows) -> empty tensors
         self.band: BandMask | None = None
 
     @property
@@ -56,12 +56,12 @@ class Chain:
         w, dev = self.drafts, self.device
         self._empty = {}
         self.band = BandMask(causal(self.size, dev), cache.capacity)
-        self.p = torch.zeros(rows, w + 1, vocab, device=dev)        # spine targets of the last forward
+        self.p = torch.zeros(rows, w + 1, vocab, device=dev)  # spine targets of the last forward
         self.tokens = torch.zeros(rows, w, dtype=torch.int64, device=dev)
         self.q = torch.zeros(rows, w, vocab, device=dev)
         self.step = torch.zeros(rows, dtype=torch.int64, device=dev)
         self.spine = torch.full((rows,), w, dtype=torch.int64, device=dev)
-        k = self.targets.support_size                       # top-k ids of those targets
+        k = self.targets.support_size  # top-k ids of those targets
         self.support = None if k is None else torch.zeros(rows, w + 1, k, dtype=torch.int64, device=dev)
         if self.auto:
             self.auto.start(rows, w, dev)
@@ -84,17 +84,18 @@ class Chain:
 
     def slots(self, fl: Flight) -> Slots:
         w, n = self.drafts, fl.committed
-        if not w:                                   # plain AR: no window
+        if not w:  # plain AR: no window
             return self._no_slots(n.shape[0])
         positions = n[:, None] + self.arange_w
-        j = self.arange_w + self.step[:, None]       # where each slot's position sat in the last block
+        j = self.arange_w + self.step[:, None]  # where each slot's position sat in the last block
         live = fl.live[:, None]
         has_p = (j <= self.spine[:, None]) & live
         belief = torch.where(has_p[..., None], gather_rows(self.p, j.clamp(max=w)), self.targets.prior(positions))
         jo = j.clamp(max=w - 1)
         support = None if self.support is None else gather_rows(self.support, j.clamp(max=w))
-        return Slots(positions, belief, has_p, self.tokens.gather(1, jo), gather_rows(self.q, jo), (j < w) & live,
-                     support)
+        return Slots(
+            positions, belief, has_p, self.tokens.gather(1, jo), gather_rows(self.q, jo), (j < w) & live, support
+        )
 
     def _no_slots(self, b: int) -> Slots:
         """Empty slots for b rows, made once per start (a per-instance cache: lru_cache on a method
@@ -119,15 +120,25 @@ class Chain:
         n, w = fl.committed, self.drafts
         last = (n - 1).clamp(min=0)[:, None]
         root = fl.board.gather(1, last)
-        m = (self.length - 1 - n).clamp(0, w) if w else None      # no drafts: nothing to verify
+        m = (self.length - 1 - n).clamp(0, w) if w else None  # no drafts: nothing to verify
         self.tree_block = self._tree(seg, root[:, 0], m) if self.levels else None
-        if self.tree_block is None:                               # a plain chain this iteration
-            return Block(torch.cat([root, seg.window.tokens], 1), last + self.depths, self.band(cache.lengths), m,
-                         n[:, None] + self.depths)
+        if self.tree_block is None:  # a plain chain this iteration
+            return Block(
+                torch.cat([root, seg.window.tokens], 1),
+                last + self.depths,
+                self.band(cache.lengths),
+                m,
+                n[:, None] + self.depths,
+            )
         tb = self.tree_block
         structure = per_model_row(tb.structure, cache.rows // n.shape[0])
-        return Block(tb.tokens, last + tb.depth, block_mask(cache.lengths, cache.capacity, structure),
-                     torch.minimum(m, tb.nodes.spine), n[:, None] + self.depths)
+        return Block(
+            tb.tokens,
+            last + tb.depth,
+            block_mask(cache.lengths, cache.capacity, structure),
+            torch.minimum(m, tb.nodes.spine),
+            n[:, None] + self.depths,
+        )
 
     def _tree(self, seg: Segments, root: torch.Tensor, m: torch.Tensor):
         """This iteration's trees (None when no row's tree holds a sibling: the chain's own path)."""
@@ -166,7 +177,7 @@ class Chain:
         group = cache.rows // n.shape[0]
         # a chain keeps a prefix of its block, already in place; a tree's path is moved there (only
         # its first levels + 1 entries: a path deeper than the tree runs along the spine, in place)
-        keep = per_model_row(path[:, :self.levels + 1], group) if tree else None
+        keep = per_model_row(path[:, : self.levels + 1], group) if tree else None
         cache.commit(keep, per_model_row(self.step, group))
         self.p, self.support = p, support
         off_spine = torch.zeros_like(k)

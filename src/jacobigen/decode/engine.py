@@ -45,14 +45,14 @@ def sync(device: torch.device) -> None:
 class Flight:
     """What every schedule keeps per batch row: row r decodes sequence ``seq[r]`` (-1: free)."""
 
-    seq: torch.Tensor         # [B]
-    seeds: torch.Tensor       # [B] seed of that sequence
-    iteration: torch.Tensor   # [B] iterations it has run
-    base: torch.Tensor        # [B * group] prompt length of each model row
-    board: torch.Tensor       # [B, length + 1] committed tokens (newest guesses elsewhere); last: scratch
-    committed: torch.Tensor   # [B] committed tokens (>= length: finished or free)
-    live: torch.Tensor        # [B] the last forward counted for this row (its targets may be reused)
-    when: torch.Tensor        # [B, length] iteration that committed each token (0: the prefill; -1: not yet)
+    seq: torch.Tensor  # [B]
+    seeds: torch.Tensor  # [B] seed of that sequence
+    iteration: torch.Tensor  # [B] iterations it has run
+    base: torch.Tensor  # [B * group] prompt length of each model row
+    board: torch.Tensor  # [B, length + 1] committed tokens (newest guesses elsewhere); last: scratch
+    committed: torch.Tensor  # [B] committed tokens (>= length: finished or free)
+    live: torch.Tensor  # [B] the last forward counted for this row (its targets may be reused)
+    when: torch.Tensor  # [B, length] iteration that committed each token (0: the prefill; -1: not yet)
 
     @property
     def draws(self) -> Draws:
@@ -72,11 +72,11 @@ class Segments:
     ``drafting``, the iteration the drafts come from)."""
 
     window: Window
-    positions: torch.Tensor    # [B * S, W]
-    size: int                  # block nodes per chain
-    per_row: int = 1           # S
+    positions: torch.Tensor  # [B * S, W]
+    size: int  # block nodes per chain
+    per_row: int = 1  # S
     drafting: Draws | None = None  # set by the step
-    draws: Draws | None = None     # of the verification, set by the step
+    draws: Draws | None = None  # of the verification, set by the step
 
 
 @dataclass
@@ -88,22 +88,31 @@ class Block:
     tokens: torch.Tensor
     node_pos: torch.Tensor
     mask: torch.Tensor
-    m: torch.Tensor | None      # None: no drafts to verify
+    m: torch.Tensor | None  # None: no drafts to verify
     depth_pos: torch.Tensor
 
 
 class Engine:
     """Model access and the step, for one (model, layout, sampling, parts, schedule)."""
 
-    def __init__(self, model, layout, sampling: SamplingConfig, parts, schedule, targets: TargetPipeline,
-                 timing: bool = False, latents: torch.Tensor | None = None):
+    def __init__(
+        self,
+        model,
+        layout,
+        sampling: SamplingConfig,
+        parts,
+        schedule,
+        targets: TargetPipeline,
+        timing: bool = False,
+        latents: torch.Tensor | None = None,
+    ):
         self.model, self.layout, self.parts, self.schedule = model, layout, parts, schedule
-        self.latents = latents                                  # token latents for relaxed verifiers
+        self.latents = latents  # token latents for relaxed verifiers
         self.device = model_device(model)
         self.last_position = model.max_seq_len - 1
         self.group = 2 if sampling.guided else 1
         self.targets_of = targets
-        self.timed = timing and self.device.type == "cuda"     # timing syncs only when asked
+        self.timed = timing and self.device.type == "cuda"  # timing syncs only when asked
         self.nfe, self.forward_time = 0, 0.0
 
     # --- model access -----------------------------------------------------------------------
@@ -140,15 +149,17 @@ class Engine:
         width = max(len(p) for p in prefixes)
         rows = torch.zeros(len(prefixes), width, dtype=torch.int64)
         for r, pre in enumerate(prefixes):
-            rows[r, :len(pre)] = torch.tensor(pre)
+            rows[r, : len(pre)] = torch.tensor(pre)
         rows = rows.to(self.device)
         positions = torch.arange(width, device=self.device).expand_as(rows)
         mask = block_mask(cache.lengths, cache.capacity, prefix_structure(base, width))
         logits = self._run_model(rows, positions, mask, cache, base)
         last = logits[torch.arange(len(prefixes), device=self.device), base - 1][:, None]
-        if bool((last.isnan() | last.isposinf()).any()):   # -inf is how adapters rule ids out; one read per admission
-            raise WeightsError(f"the model ({getattr(self.model, 'name', type(self.model).__name__)}) returned "
-                               f"NaN or +inf logits for a prompt: its weights are probably corrupted")
+        if bool((last.isnan() | last.isposinf()).any()):  # -inf is how adapters rule ids out; one read per admission
+            raise WeightsError(
+                f"the model ({getattr(self.model, 'name', type(self.model).__name__)}) returned "
+                f"NaN or +inf logits for a prompt: its weights are probably corrupted"
+            )
         cache.commit(None, base)
         zero = torch.zeros(seeds.shape[0], 1, dtype=torch.int64, device=self.device)
         p0 = self.targets_of(last, zero)[:, 0]
@@ -162,7 +173,7 @@ class Engine:
         each row evaluated and the tokens it committed from off-spine tree nodes [B]."""
         sched, parts = self.schedule, self.parts
         slots = sched.slots(fl)
-        drafting = fl.draws            # drafts come from the last forward, under its iteration
+        drafting = fl.draws  # drafts come from the last forward, under its iteration
         if slots.positions.shape[1]:
             tokens, q = parts.drafter.draft(slots, drafting)
         else:
@@ -173,6 +184,7 @@ class Engine:
         seg.draws = fl.draws.repeat(seg.per_row)
         block = sched.block(fl, seg, cache)
         p, support = self.targets_of.with_support(self.forward(fl, block, cache), block.node_pos + 1)
-        k, nxt, path = parts.verifier.verify(p.view(-1, seg.size, p.shape[-1]), seg.window, block.m,
-                                             block.depth_pos, seg.draws)
+        k, nxt, path = parts.verifier.verify(
+            p.view(-1, seg.size, p.shape[-1]), seg.window, block.m, block.depth_pos, seg.draws
+        )
         return sched.commit(fl, seg, block, p, support, k, nxt, path, cache)

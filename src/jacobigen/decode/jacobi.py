@@ -29,7 +29,7 @@ class Parts:
     verifier: Verifier
     window: int
     tree: ProactiveTree | None = None
-    layout2d: RowParallel | None = None     # PJD's row-parallel schedule, None: the 1-D chain
+    layout2d: RowParallel | None = None  # PJD's row-parallel schedule, None: the 1-D chain
 
 
 class JacobiDecoder:
@@ -37,8 +37,9 @@ class JacobiDecoder:
     length. ``timing=True`` syncs an accelerator around each forward so that the forward time in
     the stats is real (on a CPU it always is)."""
 
-    def __init__(self, model, layout: ImageLayout, sampling: SamplingConfig, parts: Parts, timing: bool = False,
-                 latents=None):
+    def __init__(
+        self, model, layout: ImageLayout, sampling: SamplingConfig, parts: Parts, timing: bool = False, latents=None
+    ):
         if parts.window < 1:
             raise ConfigError(f"window must be >= 1, got {parts.window}")
         device = check_model(model)
@@ -49,8 +50,7 @@ class JacobiDecoder:
             schedule = Chain(layout, parts.window, parts.tree, targets, device)
         self.engine = Engine(model, layout, sampling, parts, schedule, targets, timing, latents)
 
-    def run(self, prefixes: list[list[int]], seeds: list[int], progress: bool = False,
-            batch_size: int | None = None):
+    def run(self, prefixes: list[list[int]], seeds: list[int], progress: bool = False, batch_size: int | None = None):
         """prefixes: one token list per model row (cond, uncond interleaved when guided);
         seeds: one per sequence. At most ``batch_size`` sequences (default: all) are in flight;
         a finished sequence's row takes the next prompt (continuous refill).
@@ -58,6 +58,3 @@ class JacobiDecoder:
         length = self.engine.layout.length
         with tqdm(total=len(seeds) * length, disable=not progress, unit="tok", desc="decoding") as bar:
             return decode(self.engine, prefixes, seeds, batch_size, bar.update if progress else None)
-
-
-

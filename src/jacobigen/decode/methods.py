@@ -23,10 +23,11 @@ from ..core.registry import KINDS, PARTS, Part
 from ..parts import drafters  # noqa: F401
 from . import pjd  # noqa: F401
 from ..parts import relaxed, tree, verifiers  # noqa: F401
+
 # isort: on
 from .jacobi import Parts
 
-LEFT_OUT = {"drafter": "sjd", "verifier": "mrs"}     # the part of a kind a method string leaves out
+LEFT_OUT = {"drafter": "sjd", "verifier": "mrs"}  # the part of a kind a method string leaves out
 
 
 def parse(text: str) -> tuple[Part, ...]:
@@ -34,17 +35,21 @@ def parse(text: str) -> tuple[Part, ...]:
     names = text.split("+")
     unknown = [n for n in names if n not in PARTS]
     if unknown:
-        raise ConfigError(f"unknown method {text!r}: {', '.join(map(repr, unknown))} is neither a preset nor a "
-                          f"part; presets: {', '.join(METHODS)}; parts (join with +): {', '.join(PARTS)}")
+        raise ConfigError(
+            f"unknown method {text!r}: {', '.join(map(repr, unknown))} is neither a preset nor a "
+            f"part; presets: {', '.join(METHODS)}; parts (join with +): {', '.join(PARTS)}"
+        )
     if len(set(names)) < len(names):
         raise ConfigError(f"method {text!r} names a part twice")
     parts = []
     for kind in KINDS:
-        chosen = [PARTS[n] for n in names if PARTS[n].kind == kind] or \
-            ([PARTS[LEFT_OUT[kind]]] if kind in LEFT_OUT else [])
+        chosen = [PARTS[n] for n in names if PARTS[n].kind == kind] or (
+            [PARTS[LEFT_OUT[kind]]] if kind in LEFT_OUT else []
+        )
         if len(chosen) > 1 and kind != "wrapper":
-            raise ConfigError(f"method {text!r} names {len(chosen)} {kind}s "
-                              f"({', '.join(p.name for p in chosen)}): a method has one")
+            raise ConfigError(
+                f"method {text!r} names {len(chosen)} {kind}s ({', '.join(p.name for p in chosen)}): a method has one"
+            )
         parts += chosen
     return tuple(parts)
 
@@ -54,7 +59,7 @@ class Method:
     name: str
     description: str
     parts: tuple[Part, ...]
-    window: int | None = None            # fixed window (ar), else the caller's
+    window: int | None = None  # fixed window (ar), else the caller's
 
     @property
     def lossless(self) -> bool:
@@ -72,8 +77,9 @@ class Method:
         unknown = set(overrides) - set(self.options)
         if unknown:
             known = ", ".join(sorted(self.options)) or "none"
-            raise ConfigError(f"method {self.name!r} has no option(s) {', '.join(sorted(unknown))} "
-                              f"(its options: {known})")
+            raise ConfigError(
+                f"method {self.name!r} has no option(s) {', '.join(sorted(unknown))} (its options: {known})"
+            )
         o = {**self.options, **overrides}
         made: dict = {}
         for p in self.parts:
@@ -82,7 +88,7 @@ class Method:
             else:
                 made[p.kind] = p.make(o)
         if "tree" in made and "layout" not in made:
-            made["tree"].carve(self.window or window)         # a tree that cannot fit the window fails here
+            made["tree"].carve(self.window or window)  # a tree that cannot fit the window fails here
         return Parts(made["drafter"], made["verifier"], self.window or window, made.get("tree"), made.get("layout"))
 
 
@@ -97,29 +103,34 @@ def preset(name: str, description: str | None = None, parts: str | None = None, 
     return Method(name, description or describe(chosen), chosen, window)
 
 
-METHODS: dict[str, Method] = {m.name: m for m in [
-    preset("ar", "plain autoregressive sampling, one token per forward", parts="sjd", window=1),
-    preset("sjd", "Speculative Jacobi Decoding: independent drafts, stop at first rejection"),
-    preset("scd-mc"),
-    preset("scd-gs"),
-    preset("sjd-pac", "SJD-PAC: adaptive continuation + proactive tree at the rejection point", parts="scd-mc+pac"),
-    preset("sjd-vp", "SJD-VP: drafts from p fused with each position's probability trajectory", parts="sjd+vp"),
-    preset("scd-mc+pac", "maximal coupling with the proactive tree (equals sjd-pac)"),
-    preset("scd-gs+pac", "Gumbel sharing with the proactive tree"),
-    preset("scd-mc+vp", "maximal coupling from the verification-prior fused p'"),
-    preset("scd-mc+pac+vp", "coupling, proactive tree and verification prior together (= SJD-PAC drafting "
-           "from the fused p')"),
-    preset("pjd", "PJD: rows decoded in parallel once the row above has c tokens, row-causal mask (lossy)"),
-    preset("pjd+scd-mc", "PJD rows with maximal-coupling drafts (lossy)"),
-    preset("pjd+scd-mc+pac", "PJD rows, maximal coupling, proactive tree at each row's head (lossy)"),
-    preset("pjd+scd-mc+vp", "PJD rows with maximal coupling from the verification-prior fused p' (lossy)"),
-    preset("gsd", "GSD: accept by the mass of the draft's latent-neighbour group (lossy)"),
-    preset("lantern", "LANTERN: draft borrows up to delta from its latent neighbours (lossy)"),
-    preset("lantern+vp", "LANTERN acceptance with verification-prior drafting (lossy)"),
-]}
+METHODS: dict[str, Method] = {
+    m.name: m
+    for m in [
+        preset("ar", "plain autoregressive sampling, one token per forward", parts="sjd", window=1),
+        preset("sjd", "Speculative Jacobi Decoding: independent drafts, stop at first rejection"),
+        preset("scd-mc"),
+        preset("scd-gs"),
+        preset("sjd-pac", "SJD-PAC: adaptive continuation + proactive tree at the rejection point", parts="scd-mc+pac"),
+        preset("sjd-vp", "SJD-VP: drafts from p fused with each position's probability trajectory", parts="sjd+vp"),
+        preset("scd-mc+pac", "maximal coupling with the proactive tree (equals sjd-pac)"),
+        preset("scd-gs+pac", "Gumbel sharing with the proactive tree"),
+        preset("scd-mc+vp", "maximal coupling from the verification-prior fused p'"),
+        preset(
+            "scd-mc+pac+vp",
+            "coupling, proactive tree and verification prior together (= SJD-PAC drafting from the fused p')",
+        ),
+        preset("pjd", "PJD: rows decoded in parallel once the row above has c tokens, row-causal mask (lossy)"),
+        preset("pjd+scd-mc", "PJD rows with maximal-coupling drafts (lossy)"),
+        preset("pjd+scd-mc+pac", "PJD rows, maximal coupling, proactive tree at each row's head (lossy)"),
+        preset("pjd+scd-mc+vp", "PJD rows with maximal coupling from the verification-prior fused p' (lossy)"),
+        preset("gsd", "GSD: accept by the mass of the draft's latent-neighbour group (lossy)"),
+        preset("lantern", "LANTERN: draft borrows up to delta from its latent neighbours (lossy)"),
+        preset("lantern+vp", "LANTERN acceptance with verification-prior drafting (lossy)"),
+    ]
+}
 
 
-ALIASES = {"pac+vp": "scd-mc+pac+vp"}   # the same parts under the name SJD-PAC + SJD-VP would suggest
+ALIASES = {"pac+vp": "scd-mc+pac+vp"}  # the same parts under the name SJD-PAC + SJD-VP would suggest
 
 
 def get_method(name: str) -> Method:
@@ -140,7 +151,7 @@ class Variant:
     label: str
     method: Method
     options: dict
-    window: int | None          # pinned window (the option, or the method's own, e.g. ar's 1)
+    window: int | None  # pinned window (the option, or the method's own, e.g. ar's 1)
 
     def build(self, window: int) -> Parts:
         return self.method.build(self.window or window, **self.options)
@@ -155,7 +166,7 @@ def parse_variant(text: str) -> Variant:
     window = options.pop("window", None)
     if window is not None and (isinstance(window, bool) or not isinstance(window, int) or window < 1):
         raise ConfigError(f"window must be an integer >= 1 in {text!r}")
-    method.build(window or method.window or 1024, **options)         # unknown or bad options fail here
+    method.build(window or method.window or 1024, **options)  # unknown or bad options fail here
     return Variant(text.strip(), method, options, window or method.window)
 
 

@@ -47,11 +47,16 @@ from ..parts.tree import arrange, rank_candidates, select, universe
 from ..parts.verifiers import Window
 from .engine import Block, Flight, Segments, model_rows, per_model_row
 
-TREE_BUDGET = 3    # rows have no window to carve a tree from: a few siblings, added to each row
+TREE_BUDGET = 3  # rows have no window to carve a tree from: a few siblings, added to each row
 
 
-@register("pjd", "layout", "PJD's row-parallel layout: a row joins once the row above has c tokens",
-          prefix="pjd_", defaults={"tree_budget": TREE_BUDGET})
+@register(
+    "pjd",
+    "layout",
+    "PJD's row-parallel layout: a row joins once the row above has c tokens",
+    prefix="pjd_",
+    defaults={"tree_budget": TREE_BUDGET},
+)
 @dataclass(frozen=True)
 class RowParallel:
     """PJD's layout options (the window is then per row).
@@ -71,8 +76,9 @@ class RowParallel:
     rows: int | None = None
 
     def __post_init__(self):
-        if self.context is not None and (isinstance(self.context, bool) or not isinstance(self.context, int)
-                                         or self.context < 1):
+        if self.context is not None and (
+            isinstance(self.context, bool) or not isinstance(self.context, int) or self.context < 1
+        ):
             raise ConfigError(f"pjd_context must be an integer >= 1, got {self.context!r}")
         if isinstance(self.ratio, bool) or not isinstance(self.ratio, (int, float)) or not 0 < self.ratio <= 1:
             raise ConfigError(f"pjd_ratio must lie in (0, 1], got {self.ratio!r}")
@@ -92,29 +98,29 @@ class RowParallel:
 class Plan:
     """Which rows are in flight this iteration; every field [B, A] (segment a <-> row base + a)."""
 
-    rows: torch.Tensor        # row index (clamped into range)
-    cnt: torch.Tensor         # committed tokens of that row
-    window: torch.Tensor      # an incomplete row in flight: it owns drafts
-    in_block: torch.Tensor    # the segment is in this iteration's block
-    is_top: torch.Tensor      # the lowest incomplete row (exact SJD)
-    w: torch.Tensor           # drafts it puts in the block
+    rows: torch.Tensor  # row index (clamped into range)
+    cnt: torch.Tensor  # committed tokens of that row
+    window: torch.Tensor  # an incomplete row in flight: it owns drafts
+    in_block: torch.Tensor  # the segment is in this iteration's block
+    is_top: torch.Tensor  # the lowest incomplete row (exact SJD)
+    w: torch.Tensor  # drafts it puts in the block
     anchor_pos: torch.Tensor  # raster position of its anchor
-    shared: torch.Tensor      # the anchor is a committed, uncached tail: kept, seen by lower rows
-    top: torch.Tensor         # [B] top row (R when finished)
-    live: torch.Tensor        # [B] sequence not finished
+    shared: torch.Tensor  # the anchor is a committed, uncached tail: kept, seen by lower rows
+    top: torch.Tensor  # [B] top row (R when finished)
+    live: torch.Tensor  # [B] sequence not finished
 
 
 @dataclass
 class Memory:
     """What the last iteration leaves for the next window: its drafts and the targets it saw."""
 
-    base: torch.Tensor        # [B] row of segment 0
-    window: torch.Tensor      # [B, A]
-    cnt: torch.Tensor         # [B, A] committed count before that iteration's commit
-    w: torch.Tensor           # [B, A] drafts in the block (-1: not in the block)
-    p: torch.Tensor           # [B, At, Wt + 1, V] target after each block node
-    tokens: torch.Tensor      # [B, A, W] drafts
-    q: torch.Tensor           # [B, A, W, V] their draft distributions
+    base: torch.Tensor  # [B] row of segment 0
+    window: torch.Tensor  # [B, A]
+    cnt: torch.Tensor  # [B, A] committed count before that iteration's commit
+    w: torch.Tensor  # [B, A] drafts in the block (-1: not in the block)
+    p: torch.Tensor  # [B, At, Wt + 1, V] target after each block node
+    tokens: torch.Tensor  # [B, A, W] drafts
+    q: torch.Tensor  # [B, A, W, V] their draft distributions
 
 
 def row_causal_mask(anchor_pos, shared, node_ok, slot_pos, within: torch.Tensor | None = None):
@@ -194,13 +200,19 @@ class Rows:
 
     def start(self, rows: int, vocab: int, cache) -> None:
         dev, a, nrows = self.device, self.segments_max, self.nrows
-        self.cnt = self.row_len.repeat(rows, 1)                 # free rows count as complete
+        self.cnt = self.row_len.repeat(rows, 1)  # free rows count as complete
         self.uncached = torch.zeros(rows, nrows, dtype=torch.bool, device=dev)
         self.slot_pos = torch.full((cache.rows, cache.capacity), self.layout.length, device=dev)
         zeros = torch.zeros(rows, a, dtype=torch.int64, device=dev)
-        self.memory = Memory(zeros[:, 0], zeros.bool(), zeros, zeros - 1, torch.zeros(rows, 1, 1, vocab, device=dev),
-                             torch.zeros(rows, a, self.wd, dtype=torch.int64, device=dev),
-                             torch.zeros(rows, a, self.wd, vocab, device=dev))
+        self.memory = Memory(
+            zeros[:, 0],
+            zeros.bool(),
+            zeros,
+            zeros - 1,
+            torch.zeros(rows, 1, 1, vocab, device=dev),
+            torch.zeros(rows, a, self.wd, dtype=torch.int64, device=dev),
+            torch.zeros(rows, a, self.wd, vocab, device=dev),
+        )
 
     def admit(self, fl: Flight, fresh: torch.Tensor, first: torch.Tensor, cache) -> None:
         rows = fresh.nonzero().flatten()
@@ -223,8 +235,7 @@ class Rows:
         self.cnt, self.uncached = self.cnt[rows], self.uncached[rows]
         self.slot_pos = self.slot_pos[model_rows(rows, group)]
         m = self.memory
-        self.memory = Memory(m.base[rows], m.window[rows], m.cnt[rows], m.w[rows], m.p[rows], m.tokens[rows],
-                             m.q[rows])
+        self.memory = Memory(m.base[rows], m.window[rows], m.cnt[rows], m.w[rows], m.p[rows], m.tokens[rows], m.q[rows])
 
     # --- which rows are in flight ---------------------------------------------------------------
 
@@ -235,8 +246,7 @@ class Rows:
         live = incomplete.any(1)
         top = torch.where(live, incomplete.long().argmax(1), nrows)
         # a row completed last iteration while the row below was under way: cache its tail first
-        pending = (live & (top > 0) & uncached[seqs, (top - 1).clamp(min=0)]
-                   & (cnt[seqs, top.clamp(max=nrows - 1)] > 0))
+        pending = live & (top > 0) & uncached[seqs, (top - 1).clamp(min=0)] & (cnt[seqs, top.clamp(max=nrows - 1)] > 0)
         rows = (top - pending.long())[:, None] + torch.arange(self.segments_max, device=self.device)
         valid = live[:, None] & (rows < nrows)
         rows = rows.clamp(max=nrows - 1)
@@ -245,7 +255,7 @@ class Rows:
         rlen = self.row_len[rows]
         window = valid & (rows >= top[:, None]) & (c < rlen) & ((rows == 0) | (up >= self.need[rows]))
         pend = valid & (rows < top[:, None])
-        window &= (window | pend).long().cumprod(1).bool()          # rows in flight are consecutive
+        window &= (window | pend).long().cumprod(1).bool()  # rows in flight are consecutive
         cap = torch.where(rows > top[:, None], up - c, rlen)
         w = torch.minimum(rlen - c - 1, cap).clamp(0, self.wd)
         w = torch.where(window, w, 0)
@@ -266,8 +276,9 @@ class Rows:
         was (its q still holds)."""
         plan = self.now = self.plan(self.cnt, self.uncached)
         a = plan.rows.shape[1]
-        self.a_t, self.w_t = torch.stack([(plan.in_block * torch.arange(1, a + 1, device=self.device)).max(),
-                                          plan.w.max()]).tolist()
+        self.a_t, self.w_t = torch.stack(
+            [(plan.in_block * torch.arange(1, a + 1, device=self.device)).max(), plan.w.max()]
+        ).tolist()
         b, wd = plan.rows.shape[0], self.wd
         i = torch.arange(wd, device=self.device)
         pos = self.row_start[plan.rows][..., None] + plan.cnt[..., None] + i
@@ -288,8 +299,14 @@ class Rows:
         old_tokens = mem.tokens[sb, rel_c[..., None], jo]
         old_q = mem.q[sb, rel_c[..., None], jo]
         self.inside = inside
-        return Slots(pos.flatten(1), belief.flatten(1, 2), has_belief.flatten(1), old_tokens.flatten(1),
-                     old_q.flatten(1, 2), has_old.flatten(1))
+        return Slots(
+            pos.flatten(1),
+            belief.flatten(1, 2),
+            has_belief.flatten(1),
+            old_tokens.flatten(1),
+            old_q.flatten(1, 2),
+            has_old.flatten(1),
+        )
 
     def segments(self, fl: Flight, slots: Slots, tokens: torch.Tensor, q: torch.Tensor) -> Segments:
         b, a = self.now.rows.shape
@@ -297,8 +314,9 @@ class Rows:
         stay = slots.has_old & ~slots.has_belief
         tokens = torch.where(stay, slots.old_tokens, tokens).view(b, a, wd)
         q = torch.where(stay[..., None], slots.old_q, q).view(b, a, wd, v)
-        fl.board.scatter_(1, torch.where(self.inside.flatten(1), slots.positions, self.layout.length),
-                          tokens.flatten(1))
+        fl.board.scatter_(
+            1, torch.where(self.inside.flatten(1), slots.positions, self.layout.length), tokens.flatten(1)
+        )
         self.drafts, self.q = tokens, q
         a_t, w_t = self.a_t, self.w_t
         d, qd = tokens[:, :a_t, :w_t].flatten(0, 1), q[:, :a_t, :w_t].flatten(0, 1)
@@ -325,12 +343,18 @@ class Rows:
         node_ok = plan.in_block[:, :a_t, None] & real
         node_pos = torch.where(node_ok, apos[..., None] + depth, 0)
 
-        structure, visible = row_causal_mask(*(per_model_row(x, group) for x in (apos, shared, node_ok)),
-                                             self.slot_pos, within)
+        structure, visible = row_causal_mask(
+            *(per_model_row(x, group) for x in (apos, shared, node_ok)), self.slot_pos, within
+        )
         self.node_ok = node_ok
         depth_pos = apos[..., None] + 1 + torch.arange(w_t + 1, device=self.device)
-        return Block(tokens, node_pos.flatten(1), block_mask(cache.lengths, cache.capacity, structure, visible),
-                     w.flatten(), depth_pos.flatten(0, 1))
+        return Block(
+            tokens,
+            node_pos.flatten(1),
+            block_mask(cache.lengths, cache.capacity, structure, visible),
+            w.flatten(),
+            depth_pos.flatten(0, 1),
+        )
 
     def _tree(self, anchors: torch.Tensor, seg: Segments, w: torch.Tensor, d: int):
         """Each segment's tree over d depths after its w [S] drafts: the best ``tree_budget`` nodes
@@ -371,8 +395,15 @@ class Rows:
         top = torch.nn.functional.one_hot(plan.top.clamp(max=self.nrows - 1), self.nrows).bool()
         self.uncached = (self.uncached & (kept_tails == 0)) | (top & plan.live[:, None])
         self.cnt = self.cnt.scatter_add(1, plan.rows[:, :a_t], step)
-        self.memory = Memory(plan.rows[:, 0], plan.window, plan.cnt, torch.where(plan.in_block, plan.w, -1),
-                             p.view(b, a_t, size, -1)[:, :, :w_t + 1], self.drafts, self.q)
+        self.memory = Memory(
+            plan.rows[:, 0],
+            plan.window,
+            plan.cnt,
+            torch.where(plan.in_block, plan.w, -1),
+            p.view(b, a_t, size, -1)[:, :, : w_t + 1],
+            self.drafts,
+            self.q,
+        )
         off_spine = (path[..., 1:] > plan.w[:, :a_t, None]) & (t[1:] <= k[..., None])
         self.tally = (self.node_ok.sum((1, 2)), off_spine.sum((1, 2)))
         return step.sum(1)

@@ -9,9 +9,24 @@ they load on first use, so that importing a light module of this package (the CL
 
 import importlib
 
-__all__ = ["EMBEDDED_PROMPTS", "PROMPT_BYTES", "VIDEO_PROMPTS", "WEIGHTS", "embedded_pipeline", "emoji_export",
-           "heldout_reference", "load_pipeline", "own_or_shipped", "random_pipeline", "random_video_pipeline",
-           "resolve_device", "video_pipeline", "vq_pictures", "weights_id", "weights_provenance"]
+__all__ = [
+    "EMBEDDED_PROMPTS",
+    "PROMPT_BYTES",
+    "VIDEO_PROMPTS",
+    "WEIGHTS",
+    "embedded_pipeline",
+    "emoji_export",
+    "heldout_reference",
+    "load_pipeline",
+    "own_or_shipped",
+    "random_pipeline",
+    "random_video_pipeline",
+    "resolve_device",
+    "video_pipeline",
+    "vq_pictures",
+    "weights_id",
+    "weights_provenance",
+]
 
 
 def __getattr__(name: str):

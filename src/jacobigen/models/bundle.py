@@ -40,19 +40,19 @@ class Prompts:
 @dataclass(frozen=True)
 class ModelBundle:
     name: str
-    model: ImageModel                                 # the decoders' model contract
+    model: ImageModel  # the decoders' model contract
     layout: ImageLayout
-    encode_batch: Callable[[list[str]], Prompts]      # texts -> token rows (a ConfigError for a prompt it cannot read)
+    encode_batch: Callable[[list[str]], Prompts]  # texts -> token rows (a ConfigError for a prompt it cannot read)
     decode: Callable[[torch.Tensor, Prompts | None], list]  # grids [B, R, C] -> images; clips [B, F, R, C] -> frames
-    defaults: dict = field(default_factory=dict)      # recommended sampling (cfg, temperature, top_k...)
-    note: str = ""                                    # shown to users (e.g. "random weights")
+    defaults: dict = field(default_factory=dict)  # recommended sampling (cfg, temperature, top_k...)
+    note: str = ""  # shown to users (e.g. "random weights")
     example_prompts: list[str] = field(default_factory=lambda: list(EXAMPLE_PROMPTS))
     # held-out (captions, images) to measure FID against data; None when the model ships none
     reference: Callable[[], tuple[list[str], list[Image.Image]]] | None = None
     # why the encoder will not read all of a prompt (too long, unknown words), or None
     prompt_note: Callable[[str], str | None] | None = None
-    max_frames: int | None = None                     # a video model's longest clip (None: its layout's frames only)
-    latents: torch.Tensor | None = None               # image ids' VQ codebook rows, GSD/LANTERN's neighbours
+    max_frames: int | None = None  # a video model's longest clip (None: its layout's frames only)
+    latents: torch.Tensor | None = None  # image ids' VQ codebook rows, GSD/LANTERN's neighbours
 
     def with_frames(self, frames: int | None) -> ModelBundle:
         """The same video model making clips of ``frames`` frames (None: its own number)."""
@@ -76,8 +76,11 @@ class ModelBundle:
         for p in dict.fromkeys(prompts):
             note = self.prompt_note(p) if self.prompt_note else None
             if note:
-                warnings.warn(f"prompt {p[:40]!r}{'...' if len(p) > 40 else ''}: the {self.name} model {note}",
-                              PromptWarning, stacklevel=3)
+                warnings.warn(
+                    f"prompt {p[:40]!r}{'...' if len(p) > 40 else ''}: the {self.name} model {note}",
+                    PromptWarning,
+                    stacklevel=3,
+                )
         encoded = self.encode_batch(list(prompts))
         return encoded if encoded.model is not None else replace(encoded, model=self.model)
 
@@ -96,8 +99,9 @@ def generate_images(bundle: ModelBundle, prompts, **kwargs) -> tuple[Generation,
     if isinstance(texts, (list, tuple)) and len(texts) == 1 and isinstance(seed, (list, tuple)):
         texts = list(texts) * len(seed)
     enc = bundle.encode(texts)
-    gen = generate(enc.model, enc.cond, layout=bundle.layout, uncond=enc.uncond, seed=seed, latents=bundle.latents,
-                   **opts)
+    gen = generate(
+        enc.model, enc.cond, layout=bundle.layout, uncond=enc.uncond, seed=seed, latents=bundle.latents, **opts
+    )
     return gen, bundle.decode(gen.grid, enc)
 
 
@@ -108,13 +112,16 @@ def encode_one(bundle: ModelBundle, text: str) -> tuple[ImageModel, list[int], l
     return enc.model, enc.cond[0], enc.uncond[0] if enc.uncond else None
 
 
-def rows_encoder(encode: Callable[[str], list[int]],
-                 uncond: list[int] | Callable[[str], list[int]] | None) -> Callable[[list[str]], Prompts]:
+def rows_encoder(
+    encode: Callable[[str], list[int]], uncond: list[int] | Callable[[str], list[int]] | None
+) -> Callable[[list[str]], Prompts]:
     """``encode_batch`` of a model whose prompts are ids alone: ``encode(text)`` gives the conditional
     row and ``uncond`` the unconditional one (one row for all, a function of the text, or None)."""
+
     def encode_batch(texts: list[str]) -> Prompts:
         unconds = None if uncond is None else [uncond(t) if callable(uncond) else list(uncond) for t in texts]
         return Prompts(texts, [encode(t) for t in texts], unconds)
+
     return encode_batch
 
 
@@ -125,4 +132,4 @@ def palette_decode(grids: torch.Tensor, image_ids: tuple[int, int]) -> list[Imag
     return [Image.fromarray(colours[g - lo]) for g in grids.cpu().numpy()]
 
 
-Pipeline = ModelBundle   # the earlier name, kept for user code
+Pipeline = ModelBundle  # the earlier name, kept for user code

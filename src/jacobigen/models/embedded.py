@@ -8,6 +8,7 @@ prefix (used for CFG) is [BOS, BOI]. How a caption becomes tokens belongs to the
   each one id of that vocabulary (unknown words read as UNK), at most 16. Whole words, so "red" or
   "face" is one token shared by hundreds of training images.
 """
+
 from __future__ import annotations
 
 import json
@@ -22,7 +23,7 @@ EOI = 1026
 BOS = 1027
 PAD = 1028
 BYTE_OFFSET = 1029  # byte captions: byte b -> id 1029 + b
-UNK = 1029          # word captions: a word outside the vocabulary
+UNK = 1029  # word captions: a word outside the vocabulary
 WORD_OFFSET = 1030  # word captions: the vocabulary's i-th word -> id 1030 + i
 IMAGE_TOKENS = GRID * (GRID + 1) + 1  # rows with EOL, then EOI: 273
 CLIP_FRAME_TOKENS = GRID * (GRID + 1) + 1  # in a clip: rows with EOL, then EOF: 273
@@ -37,7 +38,7 @@ class ByteCaptions:
     vocab_size = BYTE_OFFSET + 256  # 1285
 
     def tokens(self, text: str) -> list[int]:
-        return [BOS, *(BYTE_OFFSET + b for b in text.strip().lower().encode("utf-8")[:self.max_tokens]), BOI]
+        return [BOS, *(BYTE_OFFSET + b for b in text.strip().lower().encode("utf-8")[: self.max_tokens]), BOI]
 
     def note(self, text: str) -> str | None:
         return byte_note(text, self.max_tokens)
@@ -58,16 +59,18 @@ class WordCaptions:
         return cls(json.loads(Path(path).read_text())["words"])
 
     def tokens(self, text: str) -> list[int]:
-        return [BOS, *(self.ids.get(w, UNK) for w in caption_words(text)[:self.max_tokens]), BOI]
+        return [BOS, *(self.ids.get(w, UNK) for w in caption_words(text)[: self.max_tokens]), BOI]
 
     def note(self, text: str) -> str | None:
         """Why the model will not read all of `text` (unknown or surplus words), or None."""
         words = caption_words(text)
-        unknown = [w for w in dict.fromkeys(words[:self.max_tokens]) if w not in self.ids]
+        unknown = [w for w in dict.fromkeys(words[: self.max_tokens]) if w not in self.ids]
         notes = [f"reads only its first {self.max_tokens} words"] if len(words) > self.max_tokens else []
         if unknown:
-            notes.append(f"never saw {', '.join(map(repr, unknown[:5]))}{' ...' if len(unknown) > 5 else ''}"
-                         " (read as an unknown word)")
+            notes.append(
+                f"never saw {', '.join(map(repr, unknown[:5]))}{' ...' if len(unknown) > 5 else ''}"
+                " (read as an unknown word)"
+            )
         return "; ".join(notes) or None
 
 

@@ -19,11 +19,10 @@ from . import embedded as E
 from .bundle import ModelBundle, palette_decode, rows_encoder
 from .transformer import Transformer, TransformerConfig, load_transformer
 
-WEIGHTS = Path(__file__).parents[1] / "weights"   # jacobigen/weights: package data
+WEIGHTS = Path(__file__).parents[1] / "weights"  # jacobigen/weights: package data
 VIDEO_PROMPTS = ["red heart bouncing", "sun spinning clockwise", "grinning face moving right", "red apple zooming in"]
-EMBEDDED_PROMPTS = ["red heart", "grinning face", "red apple", "blue car", "sun", "green tree",
-                    "yellow star", "pizza"]
-PROMPT_BYTES = 48     # the random model's prompt bytes, as the byte-caption emoji model's
+EMBEDDED_PROMPTS = ["red heart", "grinning face", "red apple", "blue car", "sun", "green tree", "yellow star", "pizza"]
+PROMPT_BYTES = 48  # the random model's prompt bytes, as the byte-caption emoji model's
 
 
 def emoji_export(weights: Path, device: str, what: str, extra_ids: int = 0):
@@ -33,16 +32,20 @@ def emoji_export(weights: Path, device: str, what: str, extra_ids: int = 0):
 
     weights = Path(weights)
     if not (weights / "ar.safetensors").is_file():
-        raise WeightsError(f"{weights} holds no ar.safetensors: give a folder with {what}'s ar.safetensors (and "
-                           f"its words.json for word captions: a training export)")
+        raise WeightsError(
+            f"{weights} holds no ar.safetensors: give a folder with {what}'s ar.safetensors (and "
+            f"its words.json for word captions: a training export)"
+        )
     vq = VQModel.load(own_or_shipped(weights, "vq.safetensors"), device=device)
     model = load_transformer(weights / "ar.safetensors", device=device)
     captions = E.captions_for(weights)
     if model.vocab_size != captions.vocab_size + extra_ids:
         reader = "words.json" if isinstance(captions, E.WordCaptions) else "bytes, no words.json"
-        raise WeightsError(f"{weights}: ar.safetensors has {model.vocab_size} token ids but its captions ({reader}) "
-                           f"take {captions.vocab_size}{f' plus {extra_ids}' if extra_ids else ''}; keep the files "
-                           f"of one training export together")
+        raise WeightsError(
+            f"{weights}: ar.safetensors has {model.vocab_size} token ids but its captions ({reader}) "
+            f"take {captions.vocab_size}{f' plus {extra_ids}' if extra_ids else ''}; keep the files "
+            f"of one training export together"
+        )
     return vq, model, captions
 
 
@@ -57,11 +60,18 @@ def embedded_pipeline(weights: Path = WEIGHTS, device: str = "cpu") -> ModelBund
     and the held-out reference come from it when it has them, else from the package."""
     vq, model, captions = emoji_export(weights, device, "an emoji model")
     layout = ImageLayout(E.GRID, E.GRID, (0, E.CODEBOOK_SIZE), eol_id=E.EOL, end_id=E.EOI)
-    return ModelBundle("emoji", model, layout, rows_encoder(captions.tokens, E.unconditional_tokens()),
-                       lambda grids, _=None: vq_pictures(vq, grids), defaults=dict(E.SAMPLING),
-                       example_prompts=EMBEDDED_PROMPTS,
-                       reference=lambda: heldout_reference(own_or_shipped(Path(weights), "heldout.json").parent),
-                       prompt_note=captions.note, latents=vq.quantizer.codes().detach())
+    return ModelBundle(
+        "emoji",
+        model,
+        layout,
+        rows_encoder(captions.tokens, E.unconditional_tokens()),
+        lambda grids, _=None: vq_pictures(vq, grids),
+        defaults=dict(E.SAMPLING),
+        example_prompts=EMBEDDED_PROMPTS,
+        reference=lambda: heldout_reference(own_or_shipped(Path(weights), "heldout.json").parent),
+        prompt_note=captions.note,
+        latents=vq.quantizer.codes().detach(),
+    )
 
 
 def video_pipeline(weights: Path = WEIGHTS / "video", device: str = "cpu") -> ModelBundle:
@@ -70,50 +80,74 @@ def video_pipeline(weights: Path = WEIGHTS / "video", device: str = "cpu") -> Mo
     frames as the model's positions were trained for."""
     vq, model, captions = emoji_export(weights, device, "an animated-emoji model (training/train_video.py)", 1)
     frames = E.clip_frames(captions, model.max_seq_len)
-    layout = VideoLayout(E.GRID, E.GRID, (0, E.CODEBOOK_SIZE), eol_id=E.EOL, end_id=E.EOI, frames=frames,
-                         eof_id=captions.vocab_size)
+    layout = VideoLayout(
+        E.GRID, E.GRID, (0, E.CODEBOOK_SIZE), eol_id=E.EOL, end_id=E.EOI, frames=frames, eof_id=captions.vocab_size
+    )
 
     def decode(clips: torch.Tensor, _=None) -> list[list[Image.Image]]:
         pictures = vq_pictures(vq, clips.flatten(0, 1))
-        return [pictures[i:i + clips.shape[1]] for i in range(0, len(pictures), clips.shape[1])]
+        return [pictures[i : i + clips.shape[1]] for i in range(0, len(pictures), clips.shape[1])]
 
-    return ModelBundle("emoji-video", model, layout, rows_encoder(captions.tokens, E.unconditional_tokens()),
-                       decode, defaults=dict(E.SAMPLING), example_prompts=VIDEO_PROMPTS, prompt_note=captions.note,
-                       max_frames=frames, latents=vq.quantizer.codes().detach())
+    return ModelBundle(
+        "emoji-video",
+        model,
+        layout,
+        rows_encoder(captions.tokens, E.unconditional_tokens()),
+        decode,
+        defaults=dict(E.SAMPLING),
+        example_prompts=VIDEO_PROMPTS,
+        prompt_note=captions.note,
+        max_frames=frames,
+        latents=vq.quantizer.codes().detach(),
+    )
 
 
-def random_pipeline(seed: int = 0, rows: int = 16, cols: int = 16, codes: int = 1024, device: str = "cpu"
-                    ) -> ModelBundle:
+def random_pipeline(
+    seed: int = 0, rows: int = 16, cols: int = 16, codes: int = 1024, device: str = "cpu"
+) -> ModelBundle:
     """A random-weight model with a realistic layout: for trying the tools, not for pictures."""
     eol, boi, bos = codes, codes + 1, codes + 2
     layout = ImageLayout(rows, cols, (0, codes), eol_id=eol, header=(boi,))
     model, encode = _random_model(seed, layout, codes + 3, bos, layout.length, device)
-    return ModelBundle("random", model, layout, rows_encoder(encode, [bos]),
-                       lambda g, _=None: palette_decode(g, layout.image_ids),
-                       note="random weights: images are noise, for trying the tools; --model default draws emoji",
-                       prompt_note=functools.partial(E.byte_note, limit=PROMPT_BYTES))
+    return ModelBundle(
+        "random",
+        model,
+        layout,
+        rows_encoder(encode, [bos]),
+        lambda g, _=None: palette_decode(g, layout.image_ids),
+        note="random weights: images are noise, for trying the tools; --model default draws emoji",
+        prompt_note=functools.partial(E.byte_note, limit=PROMPT_BYTES),
+    )
 
 
-def random_video_pipeline(seed: int = 0, frames: int = 4, side: int = 8, codes: int = 1024, max_frames: int = 8,
-                          device: str = "cpu") -> ModelBundle:
+def random_video_pipeline(
+    seed: int = 0, frames: int = 4, side: int = 8, codes: int = 1024, max_frames: int = 8, device: str = "cpu"
+) -> ModelBundle:
     """A random-weight clip model with every structural token (end of line, frame and clip): for
     trying the video tools, not for pictures."""
     eol, boi, bos, eof, end = range(codes, codes + 5)
     layout = VideoLayout(side, side, (0, codes), eol_id=eol, end_id=end, header=(boi,), frames=frames, eof_id=eof)
     longest = replace(layout, frames=max_frames).length
     model, encode = _random_model(seed, layout, codes + 5, bos, longest, device)
-    return ModelBundle("random-video", model, layout, rows_encoder(encode, [bos]),
-                       lambda g, _=None: [palette_decode(clip, layout.image_ids) for clip in g],
-                       note="random weights: clips are noise, for trying the tools",
-                       prompt_note=functools.partial(E.byte_note, limit=PROMPT_BYTES), max_frames=max_frames)
+    return ModelBundle(
+        "random-video",
+        model,
+        layout,
+        rows_encoder(encode, [bos]),
+        lambda g, _=None: [palette_decode(clip, layout.image_ids) for clip in g],
+        note="random weights: clips are noise, for trying the tools",
+        prompt_note=functools.partial(E.byte_note, limit=PROMPT_BYTES),
+        max_frames=max_frames,
+    )
 
 
 def _random_model(seed: int, layout: ImageLayout, byte_offset: int, bos: int, longest: int, device: str):
     """(model, encode) of a random model: fan-in scaled weights give peaked, context-dependent
     next-token laws; a prompt is BOS and its first UTF-8 bytes, each ``byte_offset + b``."""
     torch.manual_seed(seed)
-    model = Transformer(TransformerConfig(vocab_size=byte_offset + 256, dim=128, n_layers=4, n_heads=4,
-                                          max_seq_len=64 + longest))
+    model = Transformer(
+        TransformerConfig(vocab_size=byte_offset + 256, dim=128, n_layers=4, n_heads=4, max_seq_len=64 + longest)
+    )
     with torch.no_grad():
         for p in model.parameters():
             if p.dim() == 2:
@@ -153,8 +187,10 @@ def resolve_device(device: str | None) -> str:
         count = torch.cuda.device_count() if torch.cuda.is_available() else 0
         if count == 0:
             why = "built without CUDA" if torch.version.cuda is None else "no GPU"
-            raise ConfigError(f"--device {device}: CUDA is not available on this machine (torch "
-                              f"{torch.__version__}, {why}); use --device cpu")
+            raise ConfigError(
+                f"--device {device}: CUDA is not available on this machine (torch "
+                f"{torch.__version__}, {why}); use --device cpu"
+            )
         if (dev.index or 0) >= count:
             raise ConfigError(f"--device {device}: this machine has {count} CUDA device(s), cuda:0..cuda:{count - 1}")
     elif dev.type == "mps" and not torch.backends.mps.is_available():
@@ -171,7 +207,7 @@ def weights_id(spec: str) -> str:
     if spec in ("default", "emoji"):
         digest = hashlib.sha256()
         for name in ("ar.safetensors", "vq.safetensors", "words.json"):
-            if (WEIGHTS / name).is_file():   # words.json: only beside a word-caption model
+            if (WEIGHTS / name).is_file():  # words.json: only beside a word-caption model
                 digest.update((WEIGHTS / name).read_bytes())
         return f"sha256:{digest.hexdigest()[:16]}"
     if spec in ("random", "random-video"):
@@ -201,9 +237,11 @@ def load_pipeline(spec: str = "default", device: str | None = None, trust_checkp
         return random_video_pipeline(device=device)
     if spec == "emoji-video":
         if not (WEIGHTS / "video" / "ar.safetensors").is_file():
-            raise ConfigError("the embedded animated-emoji model is not trained yet (issue 16): use --model "
-                              "random-video to try the video tools, emoji-video:DIR for a training/train_video.py "
-                              "export, or cosmos:DIR for Cosmos-1.0-Autoregressive weights")
+            raise ConfigError(
+                "the embedded animated-emoji model is not trained yet (issue 16): use --model "
+                "random-video to try the video tools, emoji-video:DIR for a training/train_video.py "
+                "export, or cosmos:DIR for Cosmos-1.0-Autoregressive weights"
+            )
         return video_pipeline(device=device)
     if spec in ("default", "emoji"):
         return embedded_pipeline(device=device)
@@ -216,5 +254,7 @@ def load_pipeline(spec: str = "default", device: str | None = None, trust_checkp
 
     if family.lower() in FAMILIES and path:
         return load_family(family, path, device, trust_checkpoint)
-    raise ConfigError(f"unknown model {spec!r}: use 'default', 'emoji:DIR', 'random', 'random-video' or "
-                      f"FAMILY:PATH with FAMILY one of {', '.join(sorted(FAMILIES))}")
+    raise ConfigError(
+        f"unknown model {spec!r}: use 'default', 'emoji:DIR', 'random', 'random-video' or "
+        f"FAMILY:PATH with FAMILY one of {', '.join(sorted(FAMILIES))}"
+    )

@@ -127,11 +127,23 @@ class Transformer(nn.Module):
 
     def new_cache(self, rows: int, capacity: int) -> KVCache:
         p = self.head.weight
-        return KVCache(self.config.n_layers, rows, self.config.n_heads, capacity, self.config.head_dim,
-                       dtype=p.dtype, device=p.device)
+        return KVCache(
+            self.config.n_layers,
+            rows,
+            self.config.n_heads,
+            capacity,
+            self.config.head_dim,
+            dtype=p.dtype,
+            device=p.device,
+        )
 
-    def forward(self, tokens: torch.Tensor, positions: torch.Tensor | None = None,
-                mask: torch.Tensor | None = None, cache: KVCache | None = None) -> torch.Tensor:
+    def forward(
+        self,
+        tokens: torch.Tensor,
+        positions: torch.Tensor | None = None,
+        mask: torch.Tensor | None = None,
+        cache: KVCache | None = None,
+    ) -> torch.Tensor:
         if positions is None:
             positions = torch.arange(tokens.shape[1], device=tokens.device).expand_as(tokens)
         x = self.embed(tokens)
@@ -154,12 +166,15 @@ def check_finite(state: dict, path) -> None:
     """Weights that parse but hold NaN/inf give NaN logits and garbage samples: refuse them at load."""
     bad = [k for k, v in state.items() if v.is_floating_point() and not bool(torch.isfinite(v).all())]
     if bad:
-        raise WeightsError(f"weights in {path} hold NaN or infinite values ({', '.join(bad[:3])}"
-                           f"{', ...' if len(bad) > 3 else ''}): the file is corrupted")
+        raise WeightsError(
+            f"weights in {path} hold NaN or infinite values ({', '.join(bad[:3])}"
+            f"{', ...' if len(bad) > 3 else ''}): the file is corrupted"
+        )
 
 
-def load_transformer(path: str | Path, dtype: torch.dtype = torch.float32,
-                     device: str | torch.device = "cpu") -> Transformer:
+def load_transformer(
+    path: str | Path, dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu"
+) -> Transformer:
     from safetensors import safe_open
 
     path = Path(path)

@@ -4,6 +4,7 @@ The quantizer looks codes up in a low-dimensional, l2-normalised space
 (cosine similarity), which keeps most of the 1024 entries in use; training
 restarts dead codes from encoder outputs (see `VectorQuantizer.restart_dead`).
 """
+
 from __future__ import annotations
 
 import json
@@ -48,8 +49,9 @@ def _norm(c: int) -> nn.GroupNorm:
 class ResBlock(nn.Module):
     def __init__(self, c: int):
         super().__init__()
-        self.body = nn.Sequential(_norm(c), nn.SiLU(), nn.Conv2d(c, c, 3, padding=1),
-                                  _norm(c), nn.SiLU(), nn.Conv2d(c, c, 3, padding=1))
+        self.body = nn.Sequential(
+            _norm(c), nn.SiLU(), nn.Conv2d(c, c, 3, padding=1), _norm(c), nn.SiLU(), nn.Conv2d(c, c, 3, padding=1)
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x + self.body(x)
@@ -150,8 +152,7 @@ class VQModel(nn.Module):
         super().__init__()
         self.config = config or VQConfig()
         self.encoder = Encoder(self.config)
-        self.quantizer = VectorQuantizer(self.config.codebook_size, self.config.code_dim,
-                                         self.config.beta)
+        self.quantizer = VectorQuantizer(self.config.codebook_size, self.config.code_dim, self.config.beta)
         self.decoder = Decoder(self.config)
 
     @staticmethod
@@ -182,8 +183,7 @@ class VQModel(nn.Module):
         from safetensors.torch import save_file
 
         tensors = {k: v.detach().to("cpu", dtype).contiguous() for k, v in self.state_dict().items()}
-        save_file(tensors, str(path), metadata={"config": json.dumps(asdict(self.config)),
-                                                "format": "jacobigen-vq-1"})
+        save_file(tensors, str(path), metadata={"config": json.dumps(asdict(self.config)), "format": "jacobigen-vq-1"})
 
     @classmethod
     def load(cls, path: str | Path, device: str | torch.device = "cpu") -> VQModel:

@@ -25,13 +25,13 @@ from ..core.rng import Stream
 class Slots:
     """The next window, one entry per slot [B, W]."""
 
-    positions: torch.Tensor   # absolute generated position of each slot
-    belief: torch.Tensor      # [B, W, V] target to draft from
+    positions: torch.Tensor  # absolute generated position of each slot
+    belief: torch.Tensor  # [B, W, V] target to draft from
     has_belief: torch.Tensor  # bool: belief is a model output (else the layout's prior)
     old_tokens: torch.Tensor  # draft previously at this position (valid where has_old)
-    old_q: torch.Tensor       # [B, W, V] distribution that old draft was drawn from
-    has_old: torch.Tensor     # bool: an earlier draft exists and was not verified away
-    support: torch.Tensor | None = None   # [B, W, K] ids outside which a model belief is zero
+    old_q: torch.Tensor  # [B, W, V] distribution that old draft was drawn from
+    has_old: torch.Tensor  # bool: an earlier draft exists and was not verified away
+    support: torch.Tensor | None = None  # [B, W, K] ids outside which a model belief is zero
 
 
 class Drafter:
@@ -82,9 +82,13 @@ class Coupled(CouplingStrength):
 
     def draft(self, slots, draws):
         fresh = draws.sample(slots.belief, slots.positions, Stream.DRAFT)
-        kept = couple(slots.belief, slots.old_q, slots.old_tokens,
-                      draws.uniform(slots.positions, Stream.COUPLE),
-                      draws.uniform(slots.positions, Stream.COUPLE, 1))
+        kept = couple(
+            slots.belief,
+            slots.old_q,
+            slots.old_tokens,
+            draws.uniform(slots.positions, Stream.COUPLE),
+            draws.uniform(slots.positions, Stream.COUPLE, 1),
+        )
         return torch.where(self.coupled(slots, draws, slots.has_old), kept, fresh), slots.belief
 
 
@@ -99,7 +103,7 @@ class GumbelShared(CouplingStrength):
 
     def draft(self, slots, draws):
         p = slots.belief
-        if slots.support is None:                      # every slot may share, prior or not
+        if slots.support is None:  # every slot may share, prior or not
             ids = torch.arange(p.shape[-1], device=p.device)
             shared = (p.log() + draws.shared_gumbel(slots.positions, ids)).argmax(-1)
             if self.alpha == 1:
@@ -109,15 +113,17 @@ class GumbelShared(CouplingStrength):
             ids = slots.support
             pick = (p.gather(-1, ids).log() + draws.shared_gumbel(slots.positions, ids)).argmax(-1, keepdim=True)
             shared, sharing = ids.gather(-1, pick).squeeze(-1), slots.has_belief
-        return torch.where(self.coupled(slots, draws, sharing), shared,
-                           draws.sample(p, slots.positions, Stream.DRAFT)), p
+        return torch.where(
+            self.coupled(slots, draws, sharing), shared, draws.sample(p, slots.positions, Stream.DRAFT)
+        ), p
 
 
-MAX_HISTORY = 64     # beliefs kept per window slot: [batch, slots, history, vocab] floats
+MAX_HISTORY = 64  # beliefs kept per window slot: [batch, slots, history, vocab] floats
 
 
-@register("vp", "wrapper", "SJD-VP: the drafter drafts from p fused with each position's probability trajectory",
-          prefix="vp_")
+@register(
+    "vp", "wrapper", "SJD-VP: the drafter drafts from p fused with each position's probability trajectory", prefix="vp_"
+)
 @dataclass(eq=False)
 class VerificationPrior(Drafter):
     """SJD-VP: reshape the belief with each position's probability trajectory, then let ``base``
@@ -164,13 +170,13 @@ class VerificationPrior(Drafter):
         Only ids in the top-k of p can be boosted, so the trajectory is read on that slice alone."""
         w = self.decay ** torch.arange(self.history, device=p.device, dtype=p.dtype)
         w = w * (torch.arange(self.history, device=p.device) < count[..., None])
-        top = p.topk(min(self.top_k, p.shape[-1]), -1, sorted=False).indices           # [..., k]
+        top = p.topk(min(self.top_k, p.shape[-1]), -1, sorted=False).indices  # [..., k]
         p_top = p.gather(-1, top)
         past_top = past.gather(-1, top.unsqueeze(-2).expand(*past.shape[:-1], top.shape[-1]))
         ref = (w[..., None] * past_top).sum(-2) / w.sum(-1, keepdim=True).clamp(min=1e-30)
         tiny = torch.finfo(p.dtype).tiny
         score = p_top.clamp(min=tiny).log() - ref.clamp(min=tiny).log()
-        trail = torch.cat([p_top[..., None, :], past_top[..., :self.growth_steps, :]], -2)
+        trail = torch.cat([p_top[..., None, :], past_top[..., : self.growth_steps, :]], -2)
         rising = (trail[..., :-1, :] > trail[..., 1:, :]).all(-2)
         boost = torch.where(rising & (p_top > 0), self.weight * score, 0.0)
         # softmax(log p + boost) with boost zero off the slice, stabilised by the largest boost c:

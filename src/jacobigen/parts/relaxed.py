@@ -22,7 +22,7 @@ from ..core.mrs import accepts, residual
 from ..core.registry import register
 from .verifiers import Verifier
 
-MAX_NEIGHBOURS = 256    # a [vocab, k] id table per (model, k)
+MAX_NEIGHBOURS = 256  # a [vocab, k] id table per (model, k)
 _NEIGHBOURS: weakref.WeakKeyDictionary[object, dict] = weakref.WeakKeyDictionary()
 
 
@@ -32,18 +32,21 @@ def _output_embeddings(model) -> torch.Tensor:
             return get(model).detach().float()
         except AttributeError:
             continue
-    raise ConfigError("relaxed verifiers need token latents: pass `latents=` (VQ codebook rows for the "
-                      "image ids), or use a model with output embeddings")
+    raise ConfigError(
+        "relaxed verifiers need token latents: pass `latents=` (VQ codebook rows for the "
+        "image ids), or use a model with output embeddings"
+    )
 
 
-def latent_neighbours(model, image_ids: tuple[int, int], vocab: int, k: int,
-                      latents: torch.Tensor | None = None) -> torch.Tensor:
+def latent_neighbours(
+    model, image_ids: tuple[int, int], vocab: int, k: int, latents: torch.Tensor | None = None
+) -> torch.Tensor:
     """[V, k] ids of each image id's k nearest latent neighbours (excluding itself); ids outside
     the image range are their own neighbours (they borrow nothing they did not have)."""
     per_model = _NEIGHBOURS.setdefault(model, {})
     key = (image_ids, vocab, k, None if latents is None else id(latents))
     owner, table = per_model.get(key, (None, None))
-    if table is None or (owner is not None and owner() is not latents):    # an id reused by new latents
+    if table is None or (owner is not None and owner() is not latents):  # an id reused by new latents
         lo, hi = image_ids
         lat = _output_embeddings(model) if latents is None else latents.detach().float()
         lat = lat[lo:hi] if lat.shape[0] >= hi else lat[: hi - lo]
@@ -89,8 +92,7 @@ class GroupVerifier(_Neighbourhood):
         return accepts(p_d + self._mass(p, d), q_g, u) & (p_d > 0)
 
 
-@register("lantern", "verifier", "LANTERN: a draft borrows up to delta from its latent neighbours",
-          prefix="lantern_")
+@register("lantern", "verifier", "LANTERN: a draft borrows up to delta from its latent neighbours", prefix="lantern_")
 @dataclass(eq=False)
 class LanternVerifier(_Neighbourhood):
     """LANTERN: p~(d) = p(d) + min(p(k nearest latent neighbours of d), delta); accept if

@@ -39,11 +39,12 @@ from ..core.errors import ConfigError
 from ..core.registry import register
 from ..core.rng import Stream
 
-MAX_NODES = 4096     # universe nodes: built as Python lists once per (depth, width), then as tensors
+MAX_NODES = 4096  # universe nodes: built as Python lists once per (depth, width), then as tensors
 
 
-@register("pac", "tree", "SJD-PAC's proactive tree: siblings drawn without replacement at the first depths",
-          prefix="tree_")
+@register(
+    "pac", "tree", "SJD-PAC's proactive tree: siblings drawn without replacement at the first depths", prefix="tree_"
+)
 @dataclass(frozen=True)
 class ProactiveTree:
     """SJD-PAC proactive drafting: at each tree depth, K candidates without replacement.
@@ -53,9 +54,9 @@ class ProactiveTree:
     which is the joint law the sibling verifier's renormalisation assumes.
     """
 
-    depth: int = 3                 # levels counting the root
-    width: int = 4                 # candidates per drafted depth
-    budget: int | str = "auto"     # off-spine nodes: a number, "full" or "auto"
+    depth: int = 3  # levels counting the root
+    width: int = 4  # candidates per drafted depth
+    budget: int | str = "auto"  # off-spine nodes: a number, "full" or "auto"
     min_gain: float | None = None  # auto: the share of a chain's tokens a tree must add (None: gain_bar)
 
     def __post_init__(self):
@@ -63,10 +64,12 @@ class ProactiveTree:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ConfigError(f"tree_{name} must be an integer >= 1, got {v!r}")
-        nodes = sum(self.width ** t for t in range(min(self.depth, 64)))     # the universe, root included
+        nodes = sum(self.width**t for t in range(min(self.depth, 64)))  # the universe, root included
         if nodes > MAX_NODES:
-            raise ConfigError(f"tree_depth={self.depth} and tree_width={self.width} span more than {MAX_NODES} "
-                              f"tree nodes, the most allowed (the reference tree, depth 3 and width 4, has 21)")
+            raise ConfigError(
+                f"tree_depth={self.depth} and tree_width={self.width} span more than {MAX_NODES} "
+                f"tree nodes, the most allowed (the reference tree, depth 3 and width 4, has 21)"
+            )
         b = self.budget
         if not (b in ("auto", "full") or (isinstance(b, int) and not isinstance(b, bool) and b >= 0)):
             raise ConfigError(f"tree_budget must be an integer >= 0, 'full' or 'auto', got {b!r}")
@@ -89,7 +92,7 @@ class ProactiveTree:
     def off_spine(self, levels: int | None = None) -> int:
         """Off-spine nodes of the universe over ``levels`` depths (default all)."""
         d = self.levels if levels is None else levels
-        return sum(self.width ** t for t in range(1, d + 1)) - d
+        return sum(self.width**t for t in range(1, d + 1)) - d
 
     def cap(self, levels: int) -> int:
         """Most off-spine nodes a block may hold."""
@@ -104,11 +107,13 @@ class ProactiveTree:
         levels = min(self.levels, w)
         cap = min(self.cap(levels), w - levels) if levels else 0
         if self.budget == "auto" and levels and self.off_spine(levels) > cap:
-            return 0, 0         # a window smaller than the reference tree: the plain chain (see AutoBudget)
+            return 0, 0  # a window smaller than the reference tree: the plain chain (see AutoBudget)
         if self.budget == "full" and levels and self.off_spine(levels) > cap:
             need = 1 + levels + self.off_spine(levels)
-            raise ConfigError(f"the full tree of depth {self.depth} and width {self.width} has {need} nodes and "
-                              f"does not fit a window of {window}: use a window of at least {need} or a tree_budget")
+            raise ConfigError(
+                f"the full tree of depth {self.depth} and width {self.width} has {need} nodes and "
+                f"does not fit a window of {window}: use a window of at least {need} or a tree_budget"
+            )
         return (levels, cap) if cap else (0, 0)
 
     def added(self, drafts: int) -> tuple[int, int]:
@@ -118,16 +123,23 @@ class ProactiveTree:
         cap = self.cap(levels) if levels else 0
         return (levels, cap) if cap else (0, 0)
 
-    def expand(self, first: torch.Tensor, q: torch.Tensor, positions: torch.Tensor,
-               draws: Draws) -> tuple[torch.Tensor, torch.Tensor]:
+    def expand(
+        self, first: torch.Tensor, q: torch.Tensor, positions: torch.Tensor, draws: Draws
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """first [B, D] rank-0 drafts, q [B, D, V]. Returns candidates and validity [B, D, K]."""
         keys = q.clamp(min=0).log() + draws.gumbel(positions, q.shape[-1], Stream.TREE)
         keys = keys.scatter(-1, first[..., None], float("-inf"))
         rest = keys.topk(min(self.width - 1, q.shape[-1]), dim=-1)
         pad = self.width - 1 - rest.indices.shape[-1]
         cand = torch.cat([first[..., None], rest.indices, first[..., None].expand(*first.shape, pad)], -1)
-        valid = torch.cat([torch.ones_like(first[..., None], dtype=torch.bool), rest.values > float("-inf"),
-                           torch.zeros(*first.shape, pad, dtype=torch.bool, device=first.device)], -1)
+        valid = torch.cat(
+            [
+                torch.ones_like(first[..., None], dtype=torch.bool),
+                rest.values > float("-inf"),
+                torch.zeros(*first.shape, pad, dtype=torch.bool, device=first.device),
+            ],
+            -1,
+        )
         return cand, valid
 
 
@@ -137,30 +149,30 @@ class Universe:
 
     def __init__(self, levels: int, width: int, device):
         self.levels, self.width = levels, width
-        self.starts = [sum(width ** i for i in range(1, t)) for t in range(1, levels + 2)]
+        self.starts = [sum(width**i for i in range(1, t)) for t in range(1, levels + 2)]
         size = self.starts[-1]
-        level = [t for t in range(1, levels + 1) for _ in range(width ** t)]
-        rank = [a % width for t in range(1, levels + 1) for a in range(width ** t)]
-        parent = [-1] * width + [self.starts[t - 2] + a // width for t in range(2, levels + 1)
-                                 for a in range(width ** t)]
-        spine = [a == 0 for t in range(1, levels + 1) for a in range(width ** t)]
+        level = [t for t in range(1, levels + 1) for _ in range(width**t)]
+        rank = [a % width for t in range(1, levels + 1) for a in range(width**t)]
+        parent = [-1] * width + [self.starts[t - 2] + a // width for t in range(2, levels + 1) for a in range(width**t)]
+        spine = [a == 0 for t in range(1, levels + 1) for a in range(width**t)]
         # child[u + 1, r]: universe index of node u's rank-r child (row 0: the root), -1 past the last level
         child = [[r for r in range(width)]] + [
             [self.starts[t] + (u - self.starts[t - 1]) * width + r if t < levels else -1 for r in range(width)]
-            for u, t in zip(range(size), level, strict=True)]
+            for u, t in zip(range(size), level, strict=True)
+        ]
         self.level = torch.tensor(level, dtype=torch.int64, device=device)
         self.rank = torch.tensor(rank, dtype=torch.int64, device=device)
         self.parent = torch.tensor(parent, dtype=torch.int64, device=device)
         self.spine = torch.tensor(spine, device=device)
         self.child = torch.tensor(child, dtype=torch.int64, device=device).view(size + 1, width)
-        self.flat = (self.level - 1) * width + self.rank     # each node's candidate in [levels * K]
+        self.flat = (self.level - 1) * width + self.rank  # each node's candidate in [levels * K]
         self.size = size
 
     def values(self, cand_q: torch.Tensor) -> torch.Tensor:
         """[R, U]: product of the candidates' q along each node's path (cand_q [R, levels, K])."""
         out, prev = [], None
         for t in range(self.levels):
-            v = cand_q[:, t].repeat(1, self.width ** t)
+            v = cand_q[:, t].repeat(1, self.width**t)
             prev = v if prev is None else prev.repeat_interleave(self.width, 1) * v
             out.append(prev)
         return torch.cat(out, 1)
@@ -172,7 +184,7 @@ class Universe:
         s = torch.where(self.spine, float("inf"), s)
         out, prev = [], None
         for t in range(self.levels):
-            level = s[:, self.starts[t]:self.starts[t + 1]]
+            level = s[:, self.starts[t] : self.starts[t + 1]]
             level = level.view(level.shape[0], -1, self.width).cummin(-1).values.flatten(1)
             prev = level if prev is None else torch.minimum(level, prev.repeat_interleave(self.width, 1))
             out.append(prev)
@@ -201,10 +213,10 @@ class TreeBlock:
     """The block of R chains with their trees: tokens, node depths, which node sees which, which
     nodes are real (not padding), and the tree as the verifier walks it."""
 
-    tokens: torch.Tensor      # [R, T]
-    depth: torch.Tensor       # [R, T]
-    structure: torch.Tensor   # [R, T, T] node i attends to node j iff j is i or an ancestor
-    real: torch.Tensor        # [R, T]
+    tokens: torch.Tensor  # [R, T]
+    depth: torch.Tensor  # [R, T]
+    structure: torch.Tensor  # [R, T, T] node i attends to node j iff j is i or an ancestor
+    real: torch.Tensor  # [R, T]
     nodes: TreeNodes
 
 
@@ -213,17 +225,18 @@ class Ranking:
     """The universe's off-spine nodes of R chains, best first (ties: breadth-first order, parents
     first), with every node's value."""
 
-    values: torch.Tensor     # [R, U] product of q along each node's path
-    best: torch.Tensor       # [R, U] scores, sorted (-inf: the spine, or a node that may not go in)
-    order: torch.Tensor      # [R, U] universe index of each sorted score
+    values: torch.Tensor  # [R, U] product of q along each node's path
+    best: torch.Tensor  # [R, U] scores, sorted (-inf: the spine, or a node that may not go in)
+    order: torch.Tensor  # [R, U] universe index of each sorted score
 
     def available(self, cap: int) -> torch.Tensor:
         """Nodes [R] that may go in, at most ``cap``."""
         return (self.best > float("-inf")).sum(1).clamp(max=cap)
 
 
-def rank_candidates(tree: ProactiveTree, uni: Universe, win, positions: torch.Tensor, drafting: Draws,
-                    limit: torch.Tensor) -> Ranking:
+def rank_candidates(
+    tree: ProactiveTree, uni: Universe, win, positions: torch.Tensor, drafting: Draws, limit: torch.Tensor
+) -> Ranking:
     """Draw the siblings of the tree's depths into ``win`` (its ``cand``, ``cand_valid``) and rank
     the universe's off-spine nodes; a node deeper than ``limit`` [R] may not go in."""
     d = uni.levels
@@ -255,12 +268,12 @@ def arrange(nodes: TreeNodes, root: torch.Tensor, drafts: torch.Tensor, cand: to
     r, dev = root.shape[0], root.device
     chosen = (index >= 0) & ~uni.spine
     cols = torch.arange(size, device=dev)
-    at = torch.where(chosen, index, size)                                # column of each chosen node
+    at = torch.where(chosen, index, size)  # column of each chosen node
     tokens = torch.zeros(r, size + 1, dtype=torch.int64, device=dev)
-    tokens[:, :drafts.shape[1] + 1] = torch.cat([root[:, None], drafts], 1)
+    tokens[:, : drafts.shape[1] + 1] = torch.cat([root[:, None], drafts], 1)
     tokens.scatter_(1, at, cand.flatten(1)[:, uni.flat])
     depth = torch.cat([cols.expand(r, -1), cols[:1].expand(r, 1)], 1).scatter(1, at, uni.level.expand(r, -1))
-    tail = cols > spine[:, None]                                         # extras and padding
+    tail = cols > spine[:, None]  # extras and padding
     up = torch.where(uni.parent >= 0, index.gather(1, uni.parent.clamp(min=0).expand(r, -1)), 0)
     parent = torch.where(tail, 0, (cols - 1).clamp(min=0))
     parent = torch.cat([parent, cols[:1].expand(r, 1)], 1).scatter(1, at, up)[:, :size]
@@ -268,7 +281,7 @@ def arrange(nodes: TreeNodes, root: torch.Tensor, drafts: torch.Tensor, cand: to
 
     eye = torch.eye(size, dtype=torch.bool, device=dev)
     structure = torch.ones(size, size, dtype=torch.bool, device=dev).tril().expand(r, -1, -1)
-    for _ in range(uni.levels):                    # one level of extras settles per pass
+    for _ in range(uni.levels):  # one level of extras settles per pass
         above = structure.gather(1, parent[..., None].expand(-1, -1, size)) | eye
         structure = torch.where(tail[..., None], above, structure)
     return TreeBlock(tokens[:, :size], torch.where(real, depth[:, :size], 0), structure, real, nodes)
@@ -308,7 +321,7 @@ class AutoBudget:
         j - 1; 0 past ``limit``, the depths inside the image) and value calibration [R]."""
         w = self.hits.shape[1]
         pooled = (self.hits.sum(1, keepdim=True) + 1) / (self.trials.sum(1, keepdim=True) + 2)
-        reach = ((self.hits + pooled) / (self.trials + 1)).cumprod(1)   # a depth seldom tried leans on the pool
+        reach = ((self.hits + pooled) / (self.trials + 1)).cumprod(1)  # a depth seldom tried leans on the pool
         self.reach = torch.where(torch.arange(1, w + 1, device=reach.device) <= limit[:, None], reach, 0.0)
         self.calibration = (self.accepted + 1) / (self.predicted + 1)
         self.bar = self.min_gain * (1 + self.reach.sum(1))
@@ -343,8 +356,14 @@ class AutoBudget:
         gain = torch.where(take, margin, 0.0).sum(1)
         return torch.where(gain >= self.bar, take.sum(1), 0)
 
-    def update(self, spine_run: torch.Tensor, off_spine: torch.Tensor, limit: torch.Tensor, value: torch.Tensor,
-               active: torch.Tensor) -> None:
+    def update(
+        self,
+        spine_run: torch.Tensor,
+        off_spine: torch.Tensor,
+        limit: torch.Tensor,
+        value: torch.Tensor,
+        active: torch.Tensor,
+    ) -> None:
         j = torch.arange(1, self.hits.shape[1] + 1, device=spine_run.device)
         tried = (spine_run[:, None] >= j - 1) & (j <= limit[:, None]) & active[:, None]
         self.trials += tried

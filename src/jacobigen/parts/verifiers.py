@@ -26,10 +26,10 @@ from .tree import TreeNodes
 class Window:
     """Drafts in flight: the spine draft per depth, with q, and the tree's sibling candidates."""
 
-    tokens: torch.Tensor       # [B, W] spine drafts for depths 1..W
-    q: torch.Tensor            # [B, W, V] distribution each spine draft was drawn from
-    cand: torch.Tensor         # [B, D, K] candidates per tree depth (rank 0 = spine draft)
-    cand_valid: torch.Tensor   # [B, D, K] False where q had fewer than K ids to offer
+    tokens: torch.Tensor  # [B, W] spine drafts for depths 1..W
+    q: torch.Tensor  # [B, W, V] distribution each spine draft was drawn from
+    cand: torch.Tensor  # [B, D, K] candidates per tree depth (rank 0 = spine draft)
+    cand_valid: torch.Tensor  # [B, D, K] False where q had fewer than K ids to offer
     tree: TreeNodes | None = None  # which of those candidates' nodes the block holds, and where
 
 
@@ -76,7 +76,7 @@ class Verifier:
         k+1 entries are the root and the accepted nodes).
         """
         b, w = window.tokens.shape
-        if w == 0:              # window 1 (plain AR): nothing to check, sample the next token
+        if w == 0:  # window 1 (plain AR): nothing to check, sample the next token
             zero = torch.zeros(b, 1, dtype=torch.int64, device=p.device)
             return zero[:, 0], draws.sample(p[:, 0], positions[:, 0], Stream.SAMPLE), zero
         if window.tree is None:
@@ -84,8 +84,8 @@ class Verifier:
         tree = window.tree
         uni, depth = tree.universe, tree.universe.levels
         rows = _arange(b, p.device)
-        at = torch.zeros(b, dtype=torch.int64, device=p.device)      # universe index + 1 (0: the root)
-        node = torch.zeros_like(at)                                  # its block index
+        at = torch.zeros(b, dtype=torch.int64, device=p.device)  # universe index + 1 (0: the root)
+        node = torch.zeros_like(at)  # its block index
         path = torch.zeros(b, w + 1, dtype=torch.int64, device=p.device)
         k = torch.zeros_like(at)
         live = torch.ones(b, dtype=torch.bool, device=p.device)
@@ -93,7 +93,7 @@ class Verifier:
 
         for t in range(1, depth + 1):
             r = tree.ranks[t - 1]
-            kids = uni.child[at][:, :r]                                             # [B, r]
+            kids = uni.child[at][:, :r]  # [B, r]
             where = tree.index.gather(1, kids.clamp(min=0))
             present = (kids >= 0) & (where >= 0) & window.cand_valid[:, t - 1, :r] & (t <= m)[:, None]
             target, chosen = self._siblings(p[rows, node], window, t, present, positions[:, t - 1], draws)
@@ -112,14 +112,16 @@ class Verifier:
         rejected = on_spine & (depth + run < m)
         if w > depth:
             at = run.clamp(max=w - depth - 1)
-            chain_target = torch.where(rejected[:, None],
-                                       self.residual(p[rows, node], q[rows, at], drafts[rows, at]), p[rows, node])
+            chain_target = torch.where(
+                rejected[:, None], self.residual(p[rows, node], q[rows, at], drafts[rows, at]), p[rows, node]
+            )
         else:
             chain_target = p[rows, node]
         final = torch.where(live[:, None], chain_target, final)
-        steps = _arange(w + 1, p.device)[depth + 1:]
-        path[:, depth + 1:] = torch.where(on_spine[:, None] & (steps - depth <= run[:, None]), steps,
-                                          path[:, depth + 1:])
+        steps = _arange(w + 1, p.device)[depth + 1 :]
+        path[:, depth + 1 :] = torch.where(
+            on_spine[:, None] & (steps - depth <= run[:, None]), steps, path[:, depth + 1 :]
+        )
         k = k + run
         return k, draws.sample(final, positions[rows, k], Stream.SAMPLE), path
 
@@ -133,13 +135,14 @@ class Verifier:
         """:meth:`verify` without a tree: the block is the root and the W chain drafts. The accept
         and sample uniforms of every depth come from one draw (the same keys as apart)."""
         b, w = window.tokens.shape
-        u = draws.uniform(positions[..., None], _streams(p.device))           # [B, W + 1, 2]
+        u = draws.uniform(positions[..., None], _streams(p.device))  # [B, W + 1, 2]
         run = self._run(p[:, :w], window.q, window.tokens, positions[:, :w], m, draws, u[:, :w, 0])
         rows = _arange(b, p.device)
         at = run.clamp(max=w - 1)
         target = p[rows, run]
-        target = torch.where((run < m)[:, None], self.residual(target, window.q[rows, at], window.tokens[rows, at]),
-                             target)
+        target = torch.where(
+            (run < m)[:, None], self.residual(target, window.q[rows, at], window.tokens[rows, at]), target
+        )
         path = _arange(w + 1, p.device).expand(b, -1)
         return run, categorical(target, u[rows, run, 1].to(target.device)), path
 
@@ -148,7 +151,7 @@ class Verifier:
         a prefix of the ranks). Returns the distribution to draw from if all are rejected, and the
         accepted rank (-1 if none)."""
         q = window.q[:, t - 1]
-        cand = window.cand[:, t - 1, :valid.shape[1]]
+        cand = window.cand[:, t - 1, : valid.shape[1]]
         chosen = torch.full_like(position, -1)
         # rank 0 (the spine's draft) with the chain's own key, rank r > 0 with extra key r: a tree
         # that holds no sibling verifies exactly as the chain would

@@ -65,7 +65,7 @@ class DraftTrail(Drafter):
         tokens, q = self.base.draft(slots, draws)
         board = torch.full((tokens.shape[0], self.length + 1), -1, dtype=torch.int64, device=tokens.device)
         board.scatter_(1, slots.positions.clamp(max=self.length), tokens)
-        board[:, -1] = -1                                  # past the image: not compared
+        board[:, -1] = -1  # past the image: not compared
         for s, past in enumerate(reversed(self.boards)):
             both = (board >= 0) & (past >= 0)
             self.changed[s] += int((both & (board != past)).sum())
@@ -83,8 +83,9 @@ def _sampling(options: dict) -> SamplingConfig:
     return SamplingConfig(**{k: v for k, v in options.items() if k in ("cfg", "temperature", "top_k", "top_p")})
 
 
-def _decode(pipe, prompts: list[str], seeds: list[int], method: str, window: int, sampling: dict,
-            trail: bool = False, **options):
+def _decode(
+    pipe, prompts: list[str], seeds: list[int], method: str, window: int, sampling: dict, trail: bool = False, **options
+):
     """Decode every (prompt, seed) with ``method``; returns (forward passes per image, stats, the
     draft trail or None)."""
     sampling = {**pipe.defaults, **sampling}
@@ -103,8 +104,15 @@ def _decode(pipe, prompts: list[str], seeds: list[int], method: str, window: int
     return nfe, runs, observed
 
 
-def alpha_sweep(pipe, prompts, seeds, window: int, alphas=(0.0, 0.25, 0.5, 0.75, 1.0),
-                methods=("scd-mc", "scd-gs"), tick: Callable[[], None] = lambda: None) -> list[dict]:
+def alpha_sweep(
+    pipe,
+    prompts,
+    seeds,
+    window: int,
+    alphas=(0.0, 0.25, 0.5, 0.75, 1.0),
+    methods=("scd-mc", "scd-gs"),
+    tick: Callable[[], None] = lambda: None,
+) -> list[dict]:
     out = []
     for method in methods:
         for alpha in alphas:
@@ -114,20 +122,39 @@ def alpha_sweep(pipe, prompts, seeds, window: int, alphas=(0.0, 0.25, 0.5, 0.75,
     return out
 
 
-def cfg_sweep(pipe, prompts, seeds, window: int, scales=(1.0, 2.0, 3.0, 5.0, 7.5),
-              methods=("sjd", "scd-mc", "scd-gs"), tick: Callable[[], None] = lambda: None) -> list[dict]:
+def cfg_sweep(
+    pipe,
+    prompts,
+    seeds,
+    window: int,
+    scales=(1.0, 2.0, 3.0, 5.0, 7.5),
+    methods=("sjd", "scd-mc", "scd-gs"),
+    tick: Callable[[], None] = lambda: None,
+) -> list[dict]:
     out = []
     for method in methods:
         for cfg in scales:
             nfe, _, _ = _decode(pipe, prompts, seeds, method, window, {"cfg": cfg})
-            out.append({"method": method, "cfg": cfg, "nfe": statistics.mean(nfe),
-                        "step_compression": step_compression(pipe.layout.length, statistics.mean(nfe))})
+            out.append(
+                {
+                    "method": method,
+                    "cfg": cfg,
+                    "nfe": statistics.mean(nfe),
+                    "step_compression": step_compression(pipe.layout.length, statistics.mean(nfe)),
+                }
+            )
             tick()
     return out
 
 
-def accepted_lengths(pipe, prompts, seeds, window: int, methods=("sjd", "scd-mc", "scd-gs", "sjd-pac"),
-                     tick: Callable[[], None] = lambda: None) -> dict[str, dict]:
+def accepted_lengths(
+    pipe,
+    prompts,
+    seeds,
+    window: int,
+    methods=("sjd", "scd-mc", "scd-gs", "sjd-pac"),
+    tick: Callable[[], None] = lambda: None,
+) -> dict[str, dict]:
     """Per method: iterations by the tokens they committed, and the share that committed one."""
     out = {}
     for method in methods:
@@ -136,14 +163,17 @@ def accepted_lengths(pipe, prompts, seeds, window: int, methods=("sjd", "scd-mc"
         for stats in runs:
             for k, v in stats.histogram().items():
                 counts[k] = counts.get(k, 0) + v
-        out[method] = {"histogram": dict(sorted(counts.items())),
-                       "single_token_share": counts.get(1, 0) / max(sum(counts.values()), 1)}
+        out[method] = {
+            "histogram": dict(sorted(counts.items())),
+            "single_token_share": counts.get(1, 0) / max(sum(counts.values()), 1),
+        }
         tick()
     return out
 
 
-def influence(pipe, prompts, seeds, perturbations: int = 16, window: int = 32,
-              tick: Callable[[], None] = lambda: None) -> dict:
+def influence(
+    pipe, prompts, seeds, perturbations: int = 16, window: int = 32, tick: Callable[[], None] = lambda: None
+) -> dict:
     """Total variation of the target at every later image token after one image token of a
     sampled image is replaced by another id, by raster distance (image tokens between them) and,
     for targets in the next grid row, by column offset of the changed token (right of the
@@ -152,7 +182,7 @@ def influence(pipe, prompts, seeds, perturbations: int = 16, window: int = 32,
     sampling = _sampling(pipe.defaults)
     device = model_device(model)
     allowed = layout.allowed(model.vocab_size, device)
-    free = (layout.forced(device) < 0).nonzero().flatten()          # image cells, raster order
+    free = (layout.forced(device) < 0).nonzero().flatten()  # image cells, raster order
     cols, lo, hi = layout.cols, *layout.image_ids
     g = torch.Generator().manual_seed(0)
     by_distance = torch.zeros(free.numel())
@@ -161,16 +191,24 @@ def influence(pipe, prompts, seeds, perturbations: int = 16, window: int = 32,
     n_offset = torch.zeros(2 * cols - 1)
     for prompt in prompts:
         model, tokens, uncond = encode_one(pipe, prompt)
-        gen = generate(model, tokens, layout=layout, uncond=uncond, method="scd-mc", window=window,
-                       seed=list(seeds), **pipe.defaults)
+        gen = generate(
+            model,
+            tokens,
+            layout=layout,
+            uncond=uncond,
+            method="scd-mc",
+            window=window,
+            seed=list(seeds),
+            **pipe.defaults,
+        )
         for image in gen.tokens:
-            cells = torch.randperm(free.numel() - 1, generator=g)[:perturbations]       # never the last cell
+            cells = torch.randperm(free.numel() - 1, generator=g)[:perturbations]  # never the last cell
             ids = torch.randint(lo, hi - 1, (cells.numel(),), generator=g)
             changed = image.repeat(cells.numel() + 1, 1)
             old = changed[1 + torch.arange(cells.numel()), free[cells]]
-            changed[1 + torch.arange(cells.numel()), free[cells]] = ids + (ids >= old)        # another id
+            changed[1 + torch.arange(cells.numel()), free[cells]] = ids + (ids >= old)  # another id
             p = _targets(model, device, tokens, uncond, list(layout.header), changed, sampling, allowed)[:, free]
-            tv = 0.5 * (p[1:] - p[:1]).abs().sum(-1)                                            # [P, cells]
+            tv = 0.5 * (p[1:] - p[:1]).abs().sum(-1)  # [P, cells]
             for t, a in zip(tv, cells.tolist(), strict=True):
                 later = torch.arange(a + 1, free.numel())
                 by_distance[later - a] += t[later]
@@ -182,28 +220,40 @@ def influence(pipe, prompts, seeds, perturbations: int = 16, window: int = 32,
                 n_offset[offset] += 1
             tick()
     distance = (by_distance / n_distance.clamp(min=1))[1:]
-    return {"distance": list(range(1, free.numel())), "tv_by_distance": distance.tolist(),
-            "column_offset": list(range(-(cols - 1), cols)),
-            "tv_by_column_offset": (by_offset / n_offset.clamp(min=1)).tolist()}
+    return {
+        "distance": list(range(1, free.numel())),
+        "tv_by_distance": distance.tolist(),
+        "column_offset": list(range(-(cols - 1), cols)),
+        "tv_by_column_offset": (by_offset / n_offset.clamp(min=1)).tolist(),
+    }
 
 
 @torch.inference_mode()
-def _targets(model, device, prompt, uncond, header, images: torch.Tensor, sampling: SamplingConfig,
-             allowed) -> torch.Tensor:
+def _targets(
+    model, device, prompt, uncond, header, images: torch.Tensor, sampling: SamplingConfig, allowed
+) -> torch.Tensor:
     """Teacher-forced targets [N, length, V] of each image after ``prompt`` (and ``uncond`` when
     guided): the target of image position i is the output at the token before it."""
 
     def logits(prefix):
         pre = torch.tensor(list(prefix) + header, dtype=torch.int64).expand(images.shape[0], -1)
         out = model(torch.cat([pre, images], 1).to(device))
-        return out[:, pre.shape[1] - 1:pre.shape[1] - 1 + images.shape[1]]
+        return out[:, pre.shape[1] - 1 : pre.shape[1] - 1 + images.shape[1]]
+
     if not sampling.guided:
         return target_probs(logits(prompt), sampling, allowed)
     return target_probs(torch.stack([logits(prompt), logits(uncond)], 1).flatten(0, 1), sampling, allowed)
 
 
-def run_all(pipe, prompts: list[str], seeds: list[int], window: int, out: Path, progress: bool = True,
-            model_spec: str | None = None) -> dict:
+def run_all(
+    pipe,
+    prompts: list[str],
+    seeds: list[int],
+    window: int,
+    out: Path,
+    progress: bool = True,
+    model_spec: str | None = None,
+) -> dict:
     """Every measurement, its JSON and its figure under ``out``; each JSON also records the machine,
     code and weights (:func:`~jacobigen.tools.threads.environment`, given the ``--model`` spec ``model_spec``)."""
     plots = extras.plots()
@@ -222,7 +272,8 @@ def run_all(pipe, prompts: list[str], seeds: list[int], window: int, out: Path, 
     machine["loadavg_after"] = loadavg()
     settings = {"model": pipe.name, "prompts": prompts, "seeds": seeds, "window": window, **pipe.defaults}
     for name, data in results.items():
-        (out / f"{name}.json").write_text(json.dumps({"settings": settings, "environment": machine, "data": data},
-                                                    indent=1))
+        (out / f"{name}.json").write_text(
+            json.dumps({"settings": settings, "environment": machine, "data": data}, indent=1)
+        )
     plots.plot_analysis(results, pipe.name, out)
     return results

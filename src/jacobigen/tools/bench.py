@@ -45,22 +45,22 @@ class Row:
     method: str
     window: int
     lossless: bool
-    auto: bool = False         # window chosen from the device's cost curve
+    auto: bool = False  # window chosen from the device's cost curve
     runs: int = 0
-    nfe: float = 0.0           # forward passes per image (mean)
-    wall: float = 0.0          # wall seconds per image (mean, perf_counter around the call)
-    cpu: float = 0.0           # CPU seconds per image, all threads (mean, process_time around the call)
+    nfe: float = 0.0  # forward passes per image (mean)
+    wall: float = 0.0  # wall seconds per image (mean, perf_counter around the call)
+    cpu: float = 0.0  # CPU seconds per image, all threads (mean, process_time around the call)
     forward: float | None = 0.0  # seconds in the model forward per image (None: not measured)
     histogram: dict = field(default_factory=dict)
-    nodes: float = 0.0                  # block nodes per iteration (mean)
-    sibling_tokens: float = 0.0         # tokens per image committed from off-spine tree nodes (mean)
+    nodes: float = 0.0  # block nodes per iteration (mean)
+    sibling_tokens: float = 0.0  # tokens per image committed from off-spine tree nodes (mean)
     step_compression: float = 0.0
-    latency_speedup: float = 0.0        # wall time, against the faster baseline
-    cpu_speedup: float = 0.0            # CPU time, against the baseline with less CPU time
+    latency_speedup: float = 0.0  # wall time, against the faster baseline
+    cpu_speedup: float = 0.0  # CPU time, against the baseline with less CPU time
     latency_speedup_vs_ar: float = 0.0  # wall time, against ar
-    fid_vs_ar: float | None = None    # against ar's images on other seeds (ar's own row: the noise)
+    fid_vs_ar: float | None = None  # against ar's images on other seeds (ar's own row: the noise)
     fid_vs_data: float | None = None  # against the model's held-out images
-    acceptance: list | None = None    # the first image's acceptance map: iteration of each token [rows][frames * cols]
+    acceptance: list | None = None  # the first image's acceptance map: iteration of each token [rows][frames * cols]
 
     @property
     def baseline(self) -> bool:
@@ -90,6 +90,7 @@ class Row:
 
         def mean(old, new):
             return (old * n + new) / (n + 1)
+
         self.nfe, self.wall, self.cpu = mean(self.nfe, run.nfe), mean(self.wall, run.wall), mean(self.cpu, run.cpu)
         self.nodes, self.sibling_tokens = mean(self.nodes, run.nodes), mean(self.sibling_tokens, run.sibling_tokens)
         self.forward = None if run.forward is None or self.forward is None else mean(self.forward, run.forward)
@@ -100,15 +101,20 @@ class Row:
         self.runs = n + 1
 
     def as_dict(self) -> dict:
-        return {**asdict(self), "single_token_share": self.single_token_share,
-                "overhead_share": self.overhead_share, "tokens_per_iteration": self.tokens_per_iteration,
-                "tokens_per_node": self.tokens_per_node}
+        return {
+            **asdict(self),
+            "single_token_share": self.single_token_share,
+            "overhead_share": self.overhead_share,
+            "tokens_per_iteration": self.tokens_per_iteration,
+            "tokens_per_node": self.tokens_per_node,
+        }
 
 
 @dataclass
 class Run:
     """One image's decode: forward passes, wall and CPU seconds, forward seconds, histogram, block
     nodes per iteration and tokens committed from off-spine tree nodes."""
+
     nfe: int
     wall: float
     cpu: float
@@ -116,7 +122,7 @@ class Run:
     histogram: dict
     nodes: float
     sibling_tokens: int
-    acceptance: list | None = None      # iteration that committed each token [rows][frames * cols]
+    acceptance: list | None = None  # iteration that committed each token [rows][frames * cols]
 
 
 def decode_one(pipe: ModelBundle, method: str, window: int, prompt: str, seed: int, **sampling) -> Run:
@@ -140,16 +146,34 @@ def decode_one(pipe: ModelBundle, method: str, window: int, prompt: str, seed: i
         stats = None
     else:
         v = parse_variant(method)
-        stats = generate(model, tokens, layout=pipe.layout, uncond=uncond, method=v.method.name,
-                         window=v.window or window, seed=seed, timing=True, latents=pipe.latents, **v.options,
-                         **opts).stats
+        stats = generate(
+            model,
+            tokens,
+            layout=pipe.layout,
+            uncond=uncond,
+            method=v.method.name,
+            window=v.window or window,
+            seed=seed,
+            timing=True,
+            latents=pipe.latents,
+            **v.options,
+            **opts,
+        ).stats
     sync(device)
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     if stats is None:
         n = pipe.layout.length
         return Run(n, wall, cpu, None, {1: n - 1}, 1.0, 0)
-    return Run(stats.nfe, wall, cpu, stats.forward_time, stats.histogram(), stats.nodes_per_iteration,
-               sum(stats.sibling_tokens), pipe.layout.tiled(stats.when)[0].tolist())
+    return Run(
+        stats.nfe,
+        wall,
+        cpu,
+        stats.forward_time,
+        stats.histogram(),
+        stats.nodes_per_iteration,
+        sum(stats.sibling_tokens),
+        pipe.layout.tiled(stats.when)[0].tolist(),
+    )
 
 
 CANDIDATE_WINDOWS = [4, 8, 16, 32, 64]
@@ -164,8 +188,9 @@ def unbuildable(variant, window: int) -> str | None:
     return None
 
 
-def choose_window(pipe: ModelBundle, variant, prompt: str, seed: int, curve: dict[int, float],
-                  **sampling) -> tuple[int, dict[int, float]]:
+def choose_window(
+    pipe: ModelBundle, variant, prompt: str, seed: int, curve: dict[int, float], **sampling
+) -> tuple[int, dict[int, float]]:
     """Pilot the method at each candidate window and pick the one with the lowest predicted
     time per image on this device: NFE(window) x forward cost(block size(window))."""
     predicted = {}
@@ -176,9 +201,17 @@ def choose_window(pipe: ModelBundle, variant, prompt: str, seed: int, curve: dic
     return min(predicted, key=predicted.get), predicted
 
 
-def run_bench(pipe: ModelBundle, methods: list[str], windows: list, prompts: list[str],
-              seeds: list[int], progress: bool = True, warmup: bool = True, model_spec: str | None = None,
-              **sampling) -> tuple[list[Row], dict]:
+def run_bench(
+    pipe: ModelBundle,
+    methods: list[str],
+    windows: list,
+    prompts: list[str],
+    seeds: list[int],
+    progress: bool = True,
+    warmup: bool = True,
+    model_spec: str | None = None,
+    **sampling,
+) -> tuple[list[Row], dict]:
     """Run ``ar``, the plain loop and every (method, window) on every (prompt, seed), interleaved so
     drift hits all alike, after one untimed warm-up run of each (kernels, tables, compilation).
 
@@ -196,14 +229,22 @@ def run_bench(pipe: ModelBundle, methods: list[str], windows: list, prompts: lis
     # a (method, window) that cannot be built (a full tree in too small a window) is skipped, with the reason
     why = {(s.label, w): unbuildable(s, w) for s in specs if not s.window for w in fixed}
     extra["skipped"] = {f"{label} @ {w}": reason for (label, w), reason in why.items() if reason}
-    configs += [(s.label, w, False, s.method.lossless) for s in specs if not s.window for w in fixed
-                if not why[s.label, w]]
+    configs += [
+        (s.label, w, False, s.method.lossless) for s in specs if not s.window for w in fixed if not why[s.label, w]
+    ]
     if "auto" in windows:
-        sizes = sorted({1, 2, 4, 8, 16, 32, 48, 64, 96, 128, 160}
-                       | {block_size(s.build(w), pipe.layout)
-                          for s in specs if not s.window for w in CANDIDATE_WINDOWS if unbuildable(s, w) is None})
+        sizes = sorted(
+            {1, 2, 4, 8, 16, 32, 48, 64, 96, 128, 160}
+            | {
+                block_size(s.build(w), pipe.layout)
+                for s in specs
+                if not s.window
+                for w in CANDIDATE_WINDOWS
+                if unbuildable(s, w) is None
+            }
+        )
         guided = {**pipe.defaults, **sampling}.get("cfg") not in (None, 1, 1.0)
-        curve = forward_cost_curve(pipe.model, sizes, rows=2 if guided else 1)   # a guided decode runs the pair
+        curve = forward_cost_curve(pipe.model, sizes, rows=2 if guided else 1)  # a guided decode runs the pair
         extra.update(cost_curve=curve, auto={})
         for s in specs:
             if not s.window:
@@ -211,7 +252,7 @@ def run_bench(pipe: ModelBundle, methods: list[str], windows: list, prompts: lis
                 extra["auto"][s.label] = {"window": best, "predicted_seconds": predicted}
                 configs.append((s.label, best, True, s.method.lossless))
     t0 = time.perf_counter()
-    for m, w, *_ in (configs if warmup else []):
+    for m, w, *_ in configs if warmup else []:
         decode_one(pipe, m, w, prompts[0], seeds[0], **sampling)
     extra["warmup_seconds"] = time.perf_counter() - t0
     rows = {(m, w, a): Row(m, w, lossless, a) for m, w, a, lossless in configs}
@@ -226,9 +267,14 @@ def run_bench(pipe: ModelBundle, methods: list[str], windows: list, prompts: lis
         r.latency_speedup = by_wall.wall / r.wall
         r.cpu_speedup = by_cpu.cpu / r.cpu
         r.latency_speedup_vs_ar = ar.wall / r.wall
-    extra["baseline"] = {"wall": by_wall.method, "cpu": by_cpu.method, "wall_seconds": by_wall.wall,
-                         "cpu_seconds": by_cpu.cpu, "ar_over_plain_wall": ar.wall / plain.wall,
-                         "ar_over_plain_cpu": ar.cpu / plain.cpu}
+    extra["baseline"] = {
+        "wall": by_wall.method,
+        "cpu": by_cpu.method,
+        "wall_seconds": by_wall.wall,
+        "cpu_seconds": by_cpu.cpu,
+        "ar_over_plain_wall": ar.wall / plain.wall,
+        "ar_over_plain_cpu": ar.cpu / plain.cpu,
+    }
     order = {m: i for i, m in enumerate(dict.fromkeys(m for m, *_ in configs))}
     return sorted(rows.values(), key=lambda r: (order[r.method], r.auto, r.window)), extra
 
@@ -256,20 +302,25 @@ def run_compiled_bench(pipe: ModelBundle, *args, **kwargs) -> tuple[list[Row], d
     except JacobigenError:
         raise
     except Exception as e:
-        raise JacobigenError(f"torch.compile failed on this machine ({type(e).__name__}): "
-                             f"{str(e).strip().splitlines()[0] if str(e).strip() else ''}") from e
+        raise JacobigenError(
+            f"torch.compile failed on this machine ({type(e).__name__}): "
+            f"{str(e).strip().splitlines()[0] if str(e).strip() else ''}"
+        ) from e
     frames = counters["frames"]
-    extra["compile"] = {"mode": "torch.compile(model, dynamic=True)",
-                        "graphs": counters["stats"]["unique_graphs"],
-                        "graph_breaks": sum(counters["graph_break"].values()),
-                        # frames dynamo gave up on run eager (recompile limit, unsupported code)
-                        "eager_frames": frames["total"] - frames["ok"],
-                        "eager_reasons": sorted({r.strip().splitlines()[0] for r in counters["unimplemented"]})}
+    extra["compile"] = {
+        "mode": "torch.compile(model, dynamic=True)",
+        "graphs": counters["stats"]["unique_graphs"],
+        "graph_breaks": sum(counters["graph_break"].values()),
+        # frames dynamo gave up on run eager (recompile limit, unsupported code)
+        "eager_frames": frames["total"] - frames["ok"],
+        "eager_reasons": sorted({r.strip().splitlines()[0] for r in counters["unimplemented"]}),
+    }
     return rows, extra
 
 
-def run_settings(pipe: ModelBundle, threads: list[int | None], compile: bool, *args,
-                 **kwargs) -> dict[str, tuple[list[Row], dict]]:
+def run_settings(
+    pipe: ModelBundle, threads: list[int | None], compile: bool, *args, **kwargs
+) -> dict[str, tuple[list[Row], dict]]:
     """The whole bench once per thread count (None: :func:`~jacobigen.tools.threads.choose_threads`'s
     policy), and with ``compile`` once more per count on the compiled model. Keys: ``threads-N``
     and ``threads-N-compiled``."""
@@ -287,8 +338,9 @@ def run_settings(pipe: ModelBundle, threads: list[int | None], compile: bool, *a
 FID_BATCH = 16  # sequences decoded together when sampling image sets
 
 
-def sample_images(pipe: ModelBundle, method: str, window: int, prompts: list[str], seeds: list[int],
-                  **kwargs) -> list[Image.Image]:
+def sample_images(
+    pipe: ModelBundle, method: str, window: int, prompts: list[str], seeds: list[int], **kwargs
+) -> list[Image.Image]:
     """One image per (prompt, seed), ``FID_BATCH`` sequences in flight (continuous refill)."""
     return pipe.generate(prompts, method=method, window=window, seed=seeds, batch_size=FID_BATCH, **kwargs)[1]
 
@@ -298,6 +350,7 @@ class FidReference:
     """What sample sets are scored against: ``ar`` on a second, disjoint set of seeds, and the
     model's held-out images for the same captions (None when it ships none). Every set scored
     is made from the same ``prompts`` and ``seeds``."""
+
     pipe: ModelBundle
     prompts: list[str]
     seeds: list[int]
@@ -317,22 +370,27 @@ class FidReference:
             prompts = (pipe.example_prompts * n)[:n]
             source = "example prompts; FID vs data skipped: the model ships no held-out images"
         seeds = image_seeds(0, n)
-        ar = features(sample_images(pipe, "ar", 1, prompts, image_seeds(n, n), **sampling))     # disjoint seeds
+        ar = features(sample_images(pipe, "ar", 1, prompts, image_seeds(n, n), **sampling))  # disjoint seeds
         return cls(pipe, prompts, seeds, ar, data, source, sampling)
 
     def score(self, method: str, window: int, **options) -> tuple[float, float | None]:
         """(FID vs ar, FID vs data) of this method's images for ``prompts`` and ``seeds``."""
-        f = features(sample_images(self.pipe, method, window, self.prompts, self.seeds,
-                                   **self.sampling, **options))
+        f = features(sample_images(self.pipe, method, window, self.prompts, self.seeds, **self.sampling, **options))
         return frechet_distance(f, self.ar), None if self.data is None else frechet_distance(f, self.data)
 
     def summary(self, ar_scores: tuple[float, float | None]) -> dict:
         """Sample size, prompts, seeds and the noise level, given ``ar``'s own scores (``ar`` on
         ``seeds`` against the reference ``ar`` on the other seeds, and against data)."""
         n = len(self.seeds)
-        return {"images": n, "prompts": self.source, "seeds": [0, n], "ar_reference_seeds": [n, 2 * n],
-                "ar_vs_ar": ar_scores[0], "ar_vs_data": ar_scores[1],
-                "ar_reference_vs_data": None if self.data is None else frechet_distance(self.ar, self.data)}
+        return {
+            "images": n,
+            "prompts": self.source,
+            "seeds": [0, n],
+            "ar_reference_seeds": [n, 2 * n],
+            "ar_vs_ar": ar_scores[0],
+            "ar_vs_data": ar_scores[1],
+            "ar_reference_vs_data": None if self.data is None else frechet_distance(self.ar, self.data),
+        }
 
 
 def run_fid(pipe: ModelBundle, rows: list[Row], n: int, progress: bool = True, **sampling) -> dict:
@@ -341,8 +399,9 @@ def run_fid(pipe: ModelBundle, rows: list[Row], n: int, progress: bool = True, *
     ``ar`` runs with different seeds; a lossless method should land within it."""
     ref = FidReference.build(pipe, n, **sampling)
     scores: dict = {}
-    for r in tqdm([r for r in rows if r.method != PLAIN], disable=not progress, desc=f"FID ({n} images/row)",
-                  unit="row"):   # the plain loop samples AR's distribution by construction
+    for r in tqdm(
+        [r for r in rows if r.method != PLAIN], disable=not progress, desc=f"FID ({n} images/row)", unit="row"
+    ):  # the plain loop samples AR's distribution by construction
         if (r.method, r.window) not in scores:
             scores[r.method, r.window] = ref.score(r.method, r.window)
         r.fid_vs_ar, r.fid_vs_data = scores[r.method, r.window]
@@ -351,8 +410,10 @@ def run_fid(pipe: ModelBundle, rows: list[Row], n: int, progress: bool = True, *
 
 def fid_note(fid: dict) -> str:
     """The line under a table with FID columns: sample size and the ar-vs-ar noise level."""
-    line = (f"FID over {fid['images']} images per row ({fid['prompts']}). Noise level: ar vs ar on other "
-            f"seeds = {fid['ar_vs_ar']:.1f}")
+    line = (
+        f"FID over {fid['images']} images per row ({fid['prompts']}). Noise level: ar vs ar on other "
+        f"seeds = {fid['ar_vs_ar']:.1f}"
+    )
     if fid["ar_vs_data"] is not None:
         line += f"; ar vs data = {fid['ar_vs_data']:.1f} and {fid['ar_reference_vs_data']:.1f} for the two seed sets"
     return line + ".\n"
@@ -376,10 +437,15 @@ def header(extra: dict) -> str:
     lines = [environment_line(extra)] if "threads" in extra else []
     if "compile" in extra:
         c = extra["compile"]
-        eager = (f", {c['eager_frames']} frame(s) left eager ({'; '.join(c['eager_reasons'])})"
-                 if c.get("eager_frames") else "")
-        lines.append(f"Model forward under {c['mode']}: {c['graphs']} graph(s), {c['graph_breaks']} graph "
-                     f"break(s){eager}; warm-up including compilation {extra['warmup_seconds']:.1f} s.\n")
+        eager = (
+            f", {c['eager_frames']} frame(s) left eager ({'; '.join(c['eager_reasons'])})"
+            if c.get("eager_frames")
+            else ""
+        )
+        lines.append(
+            f"Model forward under {c['mode']}: {c['graphs']} graph(s), {c['graph_breaks']} graph "
+            f"break(s){eager}; warm-up including compilation {extra['warmup_seconds']:.1f} s.\n"
+        )
     elif "warmup_seconds" in extra:
         lines.append(f"Eager model forward; warm-up {extra['warmup_seconds']:.1f} s.\n")
     for name, why in extra.get("skipped", {}).items():
@@ -387,23 +453,49 @@ def header(extra: dict) -> str:
     if "baseline" in extra:
         b = extra["baseline"]
         names = b["wall"] if b["wall"] == b["cpu"] else f"{b['wall']} (wall time) and {b['cpu']} (CPU time)"
-        lines.append(f"Speedups against {names}, the faster of ar and {PLAIN} ({b['wall_seconds']:.2f} s/image "
-                     f"wall, {b['cpu_seconds']:.2f} s/image CPU); ar takes {b['ar_over_plain_wall']:.2f}x the plain "
-                     f"loop's wall time and {b['ar_over_plain_cpu']:.2f}x its CPU time.\n")
+        lines.append(
+            f"Speedups against {names}, the faster of ar and {PLAIN} ({b['wall_seconds']:.2f} s/image "
+            f"wall, {b['cpu_seconds']:.2f} s/image CPU); ar takes {b['ar_over_plain_wall']:.2f}x the plain "
+            f"loop's wall time and {b['ar_over_plain_cpu']:.2f}x its CPU time.\n"
+        )
     return "\n".join(lines) + ("\n" if lines else "")
 
 
 def markdown(rows: list[Row], extra: dict | None = None) -> str:
     extra = extra or {}
     fid = extra.get("fid")
-    cols = ["method", "window", "lossless", "NFE/image", "step compression", "latency speedup",
-            "CPU-time speedup", "1-token iterations", "overhead share", "nodes/iter", "tokens/node",
-            "sibling tokens/image"] + (["FID vs ar", "FID vs data"] if fid else [])
-    cells = [[r.method, f"{'auto: ' if r.auto else ''}{r.window}", "yes" if r.lossless else "no", f"{r.nfe:.1f}",
-              f"{r.step_compression:.2f}x", f"{r.latency_speedup:.2f}x", f"{r.cpu_speedup:.2f}x",
-              pct(r.single_token_share), pct(r.overhead_share), f"{r.nodes:.1f}", f"{r.tokens_per_node:.3f}",
-              f"{r.sibling_tokens:.1f}"]
-             + ([fid_cell(r.fid_vs_ar), fid_cell(r.fid_vs_data)] if fid else []) for r in rows]
+    cols = [
+        "method",
+        "window",
+        "lossless",
+        "NFE/image",
+        "step compression",
+        "latency speedup",
+        "CPU-time speedup",
+        "1-token iterations",
+        "overhead share",
+        "nodes/iter",
+        "tokens/node",
+        "sibling tokens/image",
+    ] + (["FID vs ar", "FID vs data"] if fid else [])
+    cells = [
+        [
+            r.method,
+            f"{'auto: ' if r.auto else ''}{r.window}",
+            "yes" if r.lossless else "no",
+            f"{r.nfe:.1f}",
+            f"{r.step_compression:.2f}x",
+            f"{r.latency_speedup:.2f}x",
+            f"{r.cpu_speedup:.2f}x",
+            pct(r.single_token_share),
+            pct(r.overhead_share),
+            f"{r.nodes:.1f}",
+            f"{r.tokens_per_node:.3f}",
+            f"{r.sibling_tokens:.1f}",
+        ]
+        + ([fid_cell(r.fid_vs_ar), fid_cell(r.fid_vs_data)] if fid else [])
+        for r in rows
+    ]
     return header(extra) + md_table(cols, cells) + ("\n" + fid_note(fid) if fid else "")
 
 
@@ -411,18 +503,22 @@ def summary_markdown(results: dict[str, tuple[list[Row], dict]]) -> str:
     """Settings side by side (threads, eager or compiled): seconds per image and latency speedup,
     each against its own setting's baselines; then every setting's full table."""
     labels = list(results)
-    index = {label: {(r.method, r.auto, 0 if r.auto else r.window): r for r in rows}
-             for label, (rows, _) in results.items()}
+    index = {
+        label: {(r.method, r.auto, 0 if r.auto else r.window): r for r in rows} for label, (rows, _) in results.items()
+    }
     keys = list(dict.fromkeys(k for label in labels for k in index[label]))
-    cols = ["method", "window", "lossless"] + [f"{c} ({label})" for label in labels
-                                                for c in ("s/image", "latency speedup")]
+    cols = ["method", "window", "lossless"] + [
+        f"{c} ({label})" for label in labels for c in ("s/image", "latency speedup")
+    ]
     cells = []
     for key in keys:
         got = [index[label].get(key) for label in labels]
         r = next(g for g in got if g)
         window = "auto: " + "/".join(str(g.window) if g else "-" for g in got) if r.auto else str(r.window)
-        cells.append([r.method, window, "yes" if r.lossless else "no"]
-                     + [x for g in got for x in ((f"{g.wall:.2f}", f"{g.latency_speedup:.2f}x") if g else ("-", "-"))])
+        cells.append(
+            [r.method, window, "yes" if r.lossless else "no"]
+            + [x for g in got for x in ((f"{g.wall:.2f}", f"{g.latency_speedup:.2f}x") if g else ("-", "-"))]
+        )
     sections = [f"## {label}\n\n{markdown(rows, extra)}" for label, (rows, extra) in results.items()]
     return md_table(cols, cells) + "\n" + "\n".join(sections)
 
@@ -444,13 +540,16 @@ def write_reports(results: dict[str, tuple[list[Row], dict]], out_dir: Path, met
     ``out_dir/<label>/``, and in ``out_dir`` the side-by-side summary (bench.md) and every setting's
     data (bench.json). Returns the markdown written to ``out_dir/bench.md``."""
     if len(results) == 1:
-        (rows, extra), = results.values()
+        ((rows, extra),) = results.values()
         write_report(rows, extra, out_dir, meta)
         return markdown(rows, extra)
     for label, (rows, extra) in results.items():
         write_report(rows, extra, out_dir / label, meta)
     text = summary_markdown(results)
     (out_dir / "bench.md").write_text(text)
-    (out_dir / "bench.json").write_text(json.dumps(
-        {"settings": {label: report_data(rows, extra, meta) for label, (rows, extra) in results.items()}}, indent=2))
+    (out_dir / "bench.json").write_text(
+        json.dumps(
+            {"settings": {label: report_data(rows, extra, meta) for label, (rows, extra) in results.items()}}, indent=2
+        )
+    )
     return text

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from ..core.errors import ClusterError, ConfigError
 from .jobs import Job, Outputs, chunks, render
 
-RETRIES = 3     # restarts of a dead worker, and retries of the chunk it held
+RETRIES = 3  # restarts of a dead worker, and retries of the chunk it held
 
 
 class JobWorker:
@@ -36,7 +36,7 @@ class JobWorker:
         return render(self.pipe, jobs, batch_size, **options)
 
 
-CONNECT_TIMEOUT = 5.0    # seconds to reach a Ray head before giving up
+CONNECT_TIMEOUT = 5.0  # seconds to reach a Ray head before giving up
 
 
 def check_reachable(address: str, timeout: float = CONNECT_TIMEOUT) -> None:
@@ -48,8 +48,10 @@ def check_reachable(address: str, timeout: float = CONNECT_TIMEOUT) -> None:
     try:
         socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
     except OSError as e:
-        raise ClusterError(f"cannot reach a Ray head at --address {address} within {timeout:.0f} s: "
-                           f"{e.strerror or e}; start one there with `ray start --head` or fix the address") from e
+        raise ClusterError(
+            f"cannot reach a Ray head at --address {address} within {timeout:.0f} s: "
+            f"{e.strerror or e}; start one there with `ray start --head` or fix the address"
+        ) from e
 
 
 def _ray():
@@ -60,10 +62,21 @@ def _ray():
     return ray
 
 
-def run_ray(model_spec: str, jobs: list[Job], outputs: Outputs, *, workers: int = 2,
-            address: str | None = None, device: str | None = None, batch_size: int | None = None,
-            chunk: int = 16, on_result: Callable[[Job, dict], None] | None = None,
-            on_start: Callable[[list[int]], None] | None = None, trust_checkpoint: bool = False, **options) -> dict:
+def run_ray(
+    model_spec: str,
+    jobs: list[Job],
+    outputs: Outputs,
+    *,
+    workers: int = 2,
+    address: str | None = None,
+    device: str | None = None,
+    batch_size: int | None = None,
+    chunk: int = 16,
+    on_result: Callable[[Job, dict], None] | None = None,
+    on_start: Callable[[list[int]], None] | None = None,
+    trust_checkpoint: bool = False,
+    **options,
+) -> dict:
     """Render the pending jobs on ``workers`` Ray actors; with no ``address`` a local Ray instance
     is started (and stopped). Each worker takes a new chunk when it returns one. ``on_start`` gets
     the workers' process ids. Returns run figures (workers, chunks, restarts seen)."""
@@ -80,8 +93,14 @@ def run_ray(model_spec: str, jobs: list[Job], outputs: Outputs, *, workers: int 
     if started:
         cpus = None if address else max(workers, os.cpu_count() or 1)
         try:
-            ray.init(address=address, num_cpus=cpus, include_dashboard=False, log_to_driver=False,
-                     configure_logging=False, **({} if address else {"object_store_memory": 256 * 2**20}))
+            ray.init(
+                address=address,
+                num_cpus=cpus,
+                include_dashboard=False,
+                log_to_driver=False,
+                configure_logging=False,
+                **({} if address else {"object_store_memory": 256 * 2**20}),
+            )
         except (ConnectionError, RuntimeError, ValueError) as e:
             raise ClusterError(f"cannot start or join Ray{f' at --address {address}' if address else ''}: {e}") from e
     try:
@@ -107,16 +126,17 @@ def run_ray(model_spec: str, jobs: list[Job], outputs: Outputs, *, workers: int 
             try:
                 results = ray.get(ref)
             except ray.exceptions.RayError as e:
-                raise ClusterError(f"a worker failed {RETRIES + 1} times on {part[0].name}..: {e}; "
-                                  "finished images are kept, rerun to resume") from e
+                raise ClusterError(
+                    f"a worker failed {RETRIES + 1} times on {part[0].name}..: {e}; "
+                    "finished images are kept, rerun to resume"
+                ) from e
             for job, (png, record) in zip(part, results, strict=True):
                 outputs.write(job, png, record)
                 seen.add(record["worker_pid"])
                 if on_result:
                     on_result(job, record)
             submit(a)
-        return {"workers": workers, "chunks": n_chunks, "worker_processes": len(seen),
-                "restarts": len(seen) - workers}
+        return {"workers": workers, "chunks": n_chunks, "worker_processes": len(seen), "restarts": len(seen) - workers}
     finally:
         if started:
             ray.shutdown()

@@ -48,8 +48,8 @@ def video_layout(frames: int = 2, rows: int = 1, cols: int = 3) -> VideoLayout:
 
 @dataclass
 class Exact:
-    sequences: torch.Tensor   # [S, length] every sequence with nonzero probability or not
-    probs: np.ndarray         # [S]
+    sequences: torch.Tensor  # [S, length] every sequence with nonzero probability or not
+    probs: np.ndarray  # [S]
 
 
 def exact_distribution(model, lay: ImageLayout, sampling: SamplingConfig, prompt: list[int] = PROMPT) -> Exact:
@@ -65,8 +65,8 @@ def exact_distribution(model, lay: ImageLayout, sampling: SamplingConfig, prompt
     with torch.inference_mode():
         for pre in rows:
             inp = torch.cat([torch.tensor(pre).repeat(len(seqs), 1), seqs[:, :-1]], 1)
-            logits.append(model(inp)[:, len(pre) - 1:])
-    stacked = torch.stack(logits, 1).flatten(0, 1)          # rows interleaved per sequence
+            logits.append(model(inp)[:, len(pre) - 1 :])
+    stacked = torch.stack(logits, 1).flatten(0, 1)  # rows interleaved per sequence
     positions = torch.arange(lay.length).expand(len(seqs), -1)
     p = TargetPipeline(sampling, lay, model.vocab_size)(stacked, positions)
     logp = p.double().gather(-1, seqs[..., None]).squeeze(-1).log().sum(-1)

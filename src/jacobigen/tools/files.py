@@ -13,8 +13,8 @@ from pathlib import Path
 
 from ..core.errors import ConfigError
 
-MAX_LINE_BYTES = 1 << 16        # one prompt line
-MAX_PROMPT_FILE = 64 << 20      # the whole prompt file (a path like /dev/zero never ends)
+MAX_LINE_BYTES = 1 << 16  # one prompt line
+MAX_PROMPT_FILE = 64 << 20  # the whole prompt file (a path like /dev/zero never ends)
 
 
 def read_prompts(path: str | Path) -> list[str]:
@@ -47,8 +47,10 @@ def _decode(raw: bytes, path: Path, number: int) -> str:
     try:
         return raw.decode("utf-8-sig" if number == 1 else "utf-8").strip()
     except UnicodeDecodeError as e:
-        raise ConfigError(f"prompts file {path}, line {number}: not UTF-8 (byte 0x{raw[e.start]:02x} at "
-                          f"column {e.start + 1}); save the file as UTF-8") from None
+        raise ConfigError(
+            f"prompts file {path}, line {number}: not UTF-8 (byte 0x{raw[e.start]:02x} at "
+            f"column {e.start + 1}); save the file as UTF-8"
+        ) from None
 
 
 def check_writable(path: str | Path, what: str, folder: bool = False) -> Path:
@@ -88,5 +90,5 @@ def sweep_temporaries(folder: Path) -> None:
             os.kill(pid, 0)
         except ProcessLookupError:
             tmp.unlink(missing_ok=True)
-        except (ValueError, OSError):      # not ours, or a live process (maybe another user's)
+        except (ValueError, OSError):  # not ours, or a live process (maybe another user's)
             continue

@@ -44,7 +44,7 @@ def plan(prompts: list[str], num_images: int = 1, seed: int = 0) -> list[Job]:
 
 
 def chunks(jobs: list[Job], size: int) -> list[list[Job]]:
-    return [jobs[i:i + size] for i in range(0, len(jobs), size)]
+    return [jobs[i : i + size] for i in range(0, len(jobs), size)]
 
 
 class Outputs:
@@ -53,7 +53,7 @@ class Outputs:
 
     def __init__(self, folder: str | Path, settings: dict | None = None):
         self.folder = check_writable(folder, "output folder", folder=True)
-        self.settings = json.loads(json.dumps(settings or {}))     # as a record will read back
+        self.settings = json.loads(json.dumps(settings or {}))  # as a record will read back
         sweep_temporaries(self.folder)
 
     def _record_path(self, job: Job) -> Path:
@@ -108,35 +108,58 @@ class Outputs:
         ar = sum(r["ar_nfe"] for r in recs)
         per_image = recs[0]["image_tokens"] if recs else 0
         rate = made / wall_time if wall_time else 0.0
-        summary = {"images": len(recs), "missing": len(jobs) - len(recs),
-                   "forward_passes_per_image": nfe / max(len(recs), 1),
-                   "step_compression": step_compression(ar, nfe),
-                   "methods": sorted({r["method"] for r in recs}),
-                   "images_made": made, "wall_time": wall_time, "images_per_second": rate,
-                   "image_tokens_per_second": rate * per_image, **run}
+        summary = {
+            "images": len(recs),
+            "missing": len(jobs) - len(recs),
+            "forward_passes_per_image": nfe / max(len(recs), 1),
+            "step_compression": step_compression(ar, nfe),
+            "methods": sorted({r["method"] for r in recs}),
+            "images_made": made,
+            "wall_time": wall_time,
+            "images_per_second": rate,
+            "image_tokens_per_second": rate * per_image,
+            **run,
+        }
         atomic_write(self.folder / "stats.json", json.dumps(summary, indent=2).encode())
         return summary
 
 
 def render(pipe: ModelBundle, jobs: list[Job], batch_size: int | None = None, **options) -> list[tuple[bytes, dict]]:
     """Decode ``jobs`` together (continuous refill past ``batch_size``); a PNG and a record each."""
-    gen, images = pipe.generate([j.prompt for j in jobs], seed=[j.seed for j in jobs],
-                                batch_size=batch_size, **options)
+    gen, images = pipe.generate([j.prompt for j in jobs], seed=[j.seed for j in jobs], batch_size=batch_size, **options)
     s = gen.stats
     out = []
     for job, img, nfe in zip(jobs, images, s.sequence_nfe, strict=True):
         buf = io.BytesIO()
         img.save(buf, format="PNG")
-        out.append((buf.getvalue(), {**asdict(job), "method": gen.method.name, "lossless": gen.method.lossless,
-                                     "sequence_nfe": nfe, "ar_nfe": pipe.layout.length,
-                                     "image_tokens": pipe.layout.cells,
-                                     "batch_wall_time": s.wall_time, "batch_images": len(jobs),
-                                     "worker_pid": os.getpid()}))
+        out.append(
+            (
+                buf.getvalue(),
+                {
+                    **asdict(job),
+                    "method": gen.method.name,
+                    "lossless": gen.method.lossless,
+                    "sequence_nfe": nfe,
+                    "ar_nfe": pipe.layout.length,
+                    "image_tokens": pipe.layout.cells,
+                    "batch_wall_time": s.wall_time,
+                    "batch_images": len(jobs),
+                    "worker_pid": os.getpid(),
+                },
+            )
+        )
     return out
 
 
-def run_local(pipe: ModelBundle, jobs: list[Job], outputs: Outputs, batch_size: int, chunk: int,
-              on_result: Callable[[Job, dict], None] | None = None, **options) -> None:
+def run_local(
+    pipe: ModelBundle,
+    jobs: list[Job],
+    outputs: Outputs,
+    batch_size: int,
+    chunk: int,
+    on_result: Callable[[Job, dict], None] | None = None,
+    **options,
+) -> None:
     """Render the pending jobs in this process, ``chunk`` jobs per decode call."""
     for part in chunks(outputs.pending(jobs), chunk):
         for job, (png, record) in zip(part, render(pipe, part, batch_size, **options), strict=True):

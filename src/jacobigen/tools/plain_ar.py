@@ -22,9 +22,17 @@ from ..core.contract import model_device, prompt_lengths
 
 
 @torch.inference_mode()
-def plain_ar(model, layout, prompt: list[int], uncond: list[int] | None = None, cfg: float = 1.0,
-             temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None,
-             seed: int = 0) -> torch.Tensor:
+def plain_ar(
+    model,
+    layout,
+    prompt: list[int],
+    uncond: list[int] | None = None,
+    cfg: float = 1.0,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    seed: int = 0,
+) -> torch.Tensor:
     """Sample one image's generated tokens [layout.length] for one prompt."""
     device = model_device(model)
     gen = torch.Generator(device=device).manual_seed(seed)
@@ -37,8 +45,8 @@ def plain_ar(model, layout, prompt: list[int], uncond: list[int] | None = None, 
     tokens = torch.zeros(len(rows), width, dtype=torch.int64, device=device)
     pad = torch.zeros(len(rows), width, dtype=torch.bool, device=device)
     for r, row in enumerate(rows):
-        tokens[r, width - len(row):] = torch.tensor(row, device=device)
-        pad[r, :width - len(row)] = True
+        tokens[r, width - len(row) :] = torch.tensor(row, device=device)
+        pad[r, : width - len(row)] = True
     positions = (torch.arange(width, device=device) - pad.sum(1, keepdim=True)).clamp(min=0)
     causal = torch.ones(width, width, dtype=torch.bool, device=device).tril()
     visible = causal[None] & ~pad[:, None, :] | torch.eye(width, dtype=torch.bool, device=device)
@@ -68,14 +76,14 @@ def plain_ar(model, layout, prompt: list[int], uncond: list[int] | None = None, 
             if top_k is not None and top_k < x.numel():
                 x, ids = x.topk(top_k)
             probs = x.softmax(-1)
-            if top_p is not None and top_p < 1:     # keep the most likely ids until their mass reaches top_p
+            if top_p is not None and top_p < 1:  # keep the most likely ids until their mass reaches top_p
                 ranked, order = probs.sort(descending=True)
                 probs = torch.zeros_like(probs).scatter(0, order, ranked * (ranked.cumsum(0) - ranked < top_p))
             tok = lo + ids[torch.multinomial(probs, 1, generator=gen)[0]]
         out[i] = tok
         if i + 1 == layout.length:
             break
-        step_mask[..., width + i] = 0.0      # the new token sees itself: open its slot first
+        step_mask[..., width + i] = 0.0  # the new token sees itself: open its slot first
         logits = model(tok.view(1, 1).expand(len(rows), 1), pos, step_mask, cache, **lengths)[:, -1]
         cache.lengths += 1
         pos = pos + 1

@@ -11,14 +11,17 @@ import matplotlib.pyplot as plt  # noqa: E402
 import torch  # noqa: E402
 
 
-def plot_fid_vs_speed(panels: dict[str, list[tuple[str, float, float, bool]]], noise: float, title: str,
-                      path: Path) -> None:
+def plot_fid_vs_speed(
+    panels: dict[str, list[tuple[str, float, float, bool]]], noise: float, title: str, path: Path
+) -> None:
     """FID vs ar (y) against speed figures (x, one panel per figure name) for (label, speed, fid,
     lossless) points, with the ar-vs-ar noise level as a horizontal line."""
     fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 4.5), sharey=True, squeeze=False)
     for ax, (xlabel, points) in zip(axes[0], panels.items(), strict=True):
-        for lossless, style in [(True, dict(marker="o", color="tab:blue", label="lossless")),
-                                (False, dict(marker="x", color="tab:red", label="lossy"))]:
+        for lossless, style in [
+            (True, dict(marker="o", color="tab:blue", label="lossless")),
+            (False, dict(marker="x", color="tab:red", label="lossy")),
+        ]:
             sel = [p for p in points if p[3] == lossless]
             if sel:
                 ax.scatter([p[1] for p in sel], [p[2] for p in sel], **style)
@@ -40,9 +43,11 @@ def plot_bench(rows, cost_curve: dict | None, out_dir: Path, fid: dict | None = 
     methods = list(dict.fromkeys(r.method for r in fixed))
     windows = sorted({r.window for r in fixed})
 
-    panels = [("step_compression", "step compression (ar's NFE / NFE)"),
-              ("latency_speedup", "latency speedup vs faster of ar, plain-ar"),
-              ("cpu_speedup", "CPU-time speedup vs faster of ar, plain-ar")]
+    panels = [
+        ("step_compression", "step compression (ar's NFE / NFE)"),
+        ("latency_speedup", "latency speedup vs faster of ar, plain-ar"),
+        ("cpu_speedup", "CPU-time speedup vs faster of ar, plain-ar"),
+    ]
     fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 4))
     width = 0.8 / max(len(windows), 1)
     for i, w in enumerate(windows):
@@ -86,12 +91,15 @@ def plot_bench(rows, cost_curve: dict | None, out_dir: Path, fid: dict | None = 
 
     plot_tokens_vs_nodes([r for r in rows if not r.baseline], out_dir / "tokens_vs_nodes.png")
     best = {}
-    for r in fixed:                     # one map per method: at its best step compression
+    for r in fixed:  # one map per method: at its best step compression
         if r.acceptance and (r.method not in best or r.step_compression > best[r.method].step_compression):
             best[r.method] = r
     if best:
-        plot_acceptance([torch.tensor(r.acceptance) for r in best.values()],
-                        [f"{r.method}, window {r.window}" for r in best.values()], out_dir / "acceptance.png")
+        plot_acceptance(
+            [torch.tensor(r.acceptance) for r in best.values()],
+            [f"{r.method}, window {r.window}" for r in best.values()],
+            out_dir / "acceptance.png",
+        )
 
     if cost_curve:
         fig, ax = plt.subplots(figsize=(6, 4))
@@ -106,12 +114,20 @@ def plot_bench(rows, cost_curve: dict | None, out_dir: Path, fid: dict | None = 
         plt.close(fig)
 
     if fid:
-        panels = {label: [(f"{r.method} {'auto ' if r.auto else ''}{r.window}", getattr(r, attr), r.fid_vs_ar,
-                           r.lossless) for r in rows if not r.baseline]
-                  for attr, label in [("latency_speedup", "latency speedup vs baseline"),
-                                      ("step_compression", "step compression vs ar")]}
-        plot_fid_vs_speed(panels, fid["ar_vs_ar"], f"FID vs ar over {fid['images']} images per row",
-                          out_dir / "fid_vs_speed.png")
+        panels = {
+            label: [
+                (f"{r.method} {'auto ' if r.auto else ''}{r.window}", getattr(r, attr), r.fid_vs_ar, r.lossless)
+                for r in rows
+                if not r.baseline
+            ]
+            for attr, label in [
+                ("latency_speedup", "latency speedup vs baseline"),
+                ("step_compression", "step compression vs ar"),
+            ]
+        }
+        plot_fid_vs_speed(
+            panels, fid["ar_vs_ar"], f"FID vs ar over {fid['images']} images per row", out_dir / "fid_vs_speed.png"
+        )
 
 
 def plot_throughput(rows: list[dict], path: Path) -> None:
@@ -131,7 +147,7 @@ def plot_tokens_vs_nodes(rows, path: Path) -> None:
         pts = sorted((r.nodes, r.tokens_per_iteration, r.window) for r in rows if r.method == m and not r.auto)
         if not pts:
             continue
-        line, = ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=m)
+        (line,) = ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=m)
         for x, y, w in pts:
             ax.annotate(str(w), (x, y), fontsize=6, xytext=(3, 2), textcoords="offset points", color=line.get_color())
     _save_log2(fig, ax, "block nodes evaluated per iteration (labels: window)", "tokens committed per iteration", path)
@@ -153,16 +169,19 @@ def plot_acceptance(grids, titles: list[str], path: Path) -> None:
     prefill), how many tokens that iteration committed with it (bright: long accepted runs, dark:
     one token, AR's pace), and the tokens per iteration."""
     n = len(grids)
-    aspect = max(g.shape[-1] / g.shape[-2] for g in grids)      # a clip's frames side by side are wide
+    aspect = max(g.shape[-1] / g.shape[-2] for g in grids)  # a clip's frames side by side are wide
     width = 3.2 * min(max(aspect, 1.0), 5.0)
-    rows = max(width / aspect, 1.0) + 0.6                        # the map's height, plus its title
-    fig, axes = plt.subplots(3, n, figsize=(width * n, 2 * rows + 1.4), squeeze=False,
-                             gridspec_kw={"height_ratios": [rows, rows, 1.2]})
+    rows = max(width / aspect, 1.0) + 0.6  # the map's height, plus its title
+    fig, axes = plt.subplots(
+        3, n, figsize=(width * n, 2 * rows + 1.4), squeeze=False, gridspec_kw={"height_ratios": [rows, rows, 1.2]}
+    )
     for (first, runs, strip), grid, title in zip(axes.T, grids, titles, strict=True):
         grid = grid.cpu()
         per_iteration = grid.flatten().bincount()
-        for ax, values, label, cmap in [(first, grid, "iteration", "viridis"),
-                                        (runs, per_iteration[grid], "tokens committed together", "magma")]:
+        for ax, values, label, cmap in [
+            (first, grid, "iteration", "viridis"),
+            (runs, per_iteration[grid], "tokens committed together", "magma"),
+        ]:
             im = ax.imshow(values.numpy(), cmap=cmap, interpolation="nearest")
             ax.set_xticks([]), ax.set_yticks([])
             fig.colorbar(im, ax=ax, fraction=0.046, pad=0.02).set_label(label, fontsize=7)
@@ -213,8 +232,13 @@ def plot_analysis(results: dict, model: str, out: Path) -> None:
     for m, h in results["accepted"].items():
         total = sum(h["histogram"].values())
         ks = sorted(h["histogram"])
-        ax.plot(ks, [h["histogram"][k] / total for k in ks], "o-", ms=3,
-                label=f"{m} ({h['single_token_share']:.0%} commit one)")
+        ax.plot(
+            ks,
+            [h["histogram"][k] / total for k in ks],
+            "o-",
+            ms=3,
+            label=f"{m} ({h['single_token_share']:.0%} commit one)",
+        )
     ax.set(xlabel="tokens committed in an iteration", ylabel="share of iterations", yscale="log")
     ax.legend(fontsize=8)
     _finish(fig, f"Accepted lengths ({model})", out / "accepted.png")
@@ -224,8 +248,7 @@ def plot_analysis(results: dict, model: str, out: Path) -> None:
     ax_d.plot(inf["distance"], inf["tv_by_distance"], "-")
     ax_d.set(xlabel="image tokens after the changed one", ylabel="TV of the target", xscale="log")
     ax_o.bar(inf["column_offset"], inf["tv_by_column_offset"], width=0.9)
-    ax_o.set(xlabel="changed token (row above): columns right of the target",
-             ylabel="TV of the target")
+    ax_o.set(xlabel="changed token (row above): columns right of the target", ylabel="TV of the target")
     _finish(fig, f"Locality and row dependency ({model})", out / "influence.png")
 
 

@@ -21,7 +21,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-SMALL_MODEL = 50_000_000   # parameters below which a CPU forward runs on one thread by default
+SMALL_MODEL = 50_000_000  # parameters below which a CPU forward runs on one thread by default
 _DEFAULT_THREADS: int | None = None
 
 
@@ -75,15 +75,19 @@ def git_commit() -> dict:
     """The commit of the git checkout this package runs from (``git_commit``) and whether tracked
     files differ from it (``git_dirty``); both None outside a checkout (an installed wheel) or
     without git."""
-    here = Path(__file__).resolve().parents[1]     # the jacobigen package (this file is jacobigen/tools/)
+    here = Path(__file__).resolve().parents[1]  # the jacobigen package (this file is jacobigen/tools/)
 
     def git(*args: str) -> str:
-        return subprocess.run(["git", "-C", str(here), *args], capture_output=True, text=True, timeout=10,
-                              check=True).stdout.strip()
+        return subprocess.run(
+            ["git", "-C", str(here), *args], capture_output=True, text=True, timeout=10, check=True
+        ).stdout.strip()
+
     try:
         if Path(git("rev-parse", "--show-toplevel")).resolve() / "src" / "jacobigen" == here:
-            return {"git_commit": git("rev-parse", "HEAD"),
-                    "git_dirty": bool(git("status", "--porcelain", "--untracked-files=no"))}
+            return {
+                "git_commit": git("rev-parse", "HEAD"),
+                "git_dirty": bool(git("status", "--porcelain", "--untracked-files=no")),
+            }
     except (OSError, subprocess.SubprocessError):
         pass
     return {"git_commit": None, "git_dirty": None}
@@ -103,9 +107,17 @@ def environment(model, model_spec: str | None = None) -> dict:
         from ..models.load import weights_provenance
 
         weights = weights_provenance(model_spec)
-    return {"threads": torch.get_num_threads(), "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "unset"),
-            "torch": torch.__version__, "device": str(model_device(model)), "cpu": cpu_model(),
-            "loadavg_before": loadavg(), **git_commit(), "model_spec": model_spec, "weights": weights}
+    return {
+        "threads": torch.get_num_threads(),
+        "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "unset"),
+        "torch": torch.__version__,
+        "device": str(model_device(model)),
+        "cpu": cpu_model(),
+        "loadavg_before": loadavg(),
+        **git_commit(),
+        "model_spec": model_spec,
+        "weights": weights,
+    }
 
 
 def loadavg() -> list[float] | None:
@@ -118,8 +130,12 @@ def loadavg() -> list[float] | None:
 
 def environment_line(meta: dict) -> str:
     """One markdown line for a report header from :func:`environment` plus ``loadavg_before/after``."""
+
     def load(key):
         return "n/a" if meta.get(key) is None else f"{meta[key][0]:.2f}"
-    return (f"{meta['threads']} thread(s), OMP_WAIT_POLICY {meta['omp_wait_policy']}, torch {meta['torch']}, "
-            f"{meta['device']} ({meta['cpu']}), 1-min load average {load('loadavg_before')} before, "
-            f"{load('loadavg_after')} after\n")
+
+    return (
+        f"{meta['threads']} thread(s), OMP_WAIT_POLICY {meta['omp_wait_policy']}, torch {meta['torch']}, "
+        f"{meta['device']} ({meta['cpu']}), 1-min load average {load('loadavg_before')} before, "
+        f"{load('loadavg_after')} after\n"
+    )

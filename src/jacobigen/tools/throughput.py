@@ -20,9 +20,17 @@ from .bench import pct
 from .threads import environment, environment_line, loadavg
 
 
-def run_throughput(pipe: ModelBundle, methods: list[str], batch_sizes: list[int], n_images: int,
-                   window: int, repeats: int = 1, progress: bool = True, model_spec: str | None = None,
-                   **sampling) -> tuple[list[dict], dict]:
+def run_throughput(
+    pipe: ModelBundle,
+    methods: list[str],
+    batch_sizes: list[int],
+    n_images: int,
+    window: int,
+    repeats: int = 1,
+    progress: bool = True,
+    model_spec: str | None = None,
+    **sampling,
+) -> tuple[list[dict], dict]:
     """Decode ``n_images`` images (example prompts, seeds 0..n-1) for every (method, batch size),
     ``repeats`` times, interleaved; report the fastest run of each. Returns the rows and the
     machine, code and weights (:func:`~jacobigen.tools.threads.environment`, given the ``--model`` spec
@@ -31,7 +39,7 @@ def run_throughput(pipe: ModelBundle, methods: list[str], batch_sizes: list[int]
     prompts = (pipe.example_prompts * n_images)[:n_images]
     seeds = image_seeds(0, n_images)
     image_tokens = pipe.layout.cells
-    for m in methods:                        # warm-up: one-time costs (kernels, neighbour tables)
+    for m in methods:  # warm-up: one-time costs (kernels, neighbour tables)
         get_method(m)
         pipe.generate(prompts[0], method=m, window=window, seed=0, **sampling)
     best: dict = {}
@@ -40,25 +48,34 @@ def run_throughput(pipe: ModelBundle, methods: list[str], batch_sizes: list[int]
         gen, _ = pipe.generate(prompts, method=m, window=window, seed=seeds, batch_size=b, **sampling)
         s = gen.stats
         if (m, b) not in best or s.wall_time < best[m, b]["wall_time"]:
-            best[m, b] = {"method": m, "batch_size": b, "window": 1 if m == "ar" else window,
-                          "lossless": gen.method.lossless, "images": n_images, "wall_time": s.wall_time,
-                          "images_per_second": n_images / s.wall_time,
-                          "tokens_per_second": n_images * image_tokens / s.wall_time,
-                          "forward_passes": s.nfe,
-                          "step_compression": s.step_compression(pipe.layout.length),
-                          "overhead_share": None if s.overhead_time is None else s.overhead_time / s.wall_time}
+            best[m, b] = {
+                "method": m,
+                "batch_size": b,
+                "window": 1 if m == "ar" else window,
+                "lossless": gen.method.lossless,
+                "images": n_images,
+                "wall_time": s.wall_time,
+                "images_per_second": n_images / s.wall_time,
+                "tokens_per_second": n_images * image_tokens / s.wall_time,
+                "forward_passes": s.nfe,
+                "step_compression": s.step_compression(pipe.layout.length),
+                "overhead_share": None if s.overhead_time is None else s.overhead_time / s.wall_time,
+            }
     info["loadavg_after"] = loadavg()
     return [best[m, b] for m in methods for b in batch_sizes], info
 
 
 def markdown(rows: list[dict], info: dict | None = None) -> str:
-    head = ((environment_line(info) + "\n" if info else "")
-            + "| method | batch | images/s | image tokens/s | forward passes | step compression | overhead |\n"
-            "|---|---|---|---|---|---|---|\n")
+    head = (
+        (environment_line(info) + "\n" if info else "")
+        + "| method | batch | images/s | image tokens/s | forward passes | step compression | overhead |\n"
+        "|---|---|---|---|---|---|---|\n"
+    )
     return head + "".join(
         f"| {r['method']} | {r['batch_size']} | {r['images_per_second']:.2f} | {r['tokens_per_second']:.0f} | "
         f"{r['forward_passes']} | {r['step_compression']:.2f}x | {pct(r['overhead_share'])} |\n"
-        for r in rows)
+        for r in rows
+    )
 
 
 def write_report(rows: list[dict], info: dict, out_dir: Path, meta: dict) -> None:

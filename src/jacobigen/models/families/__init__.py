@@ -14,9 +14,17 @@ from importlib import import_module
 
 from ...core.errors import ConfigError
 
-FAMILIES = {"chameleon": "chameleon", "lumina-mgpt": "chameleon", "lumina": "chameleon", "anole": "anole",
-            "cosmos": "cosmos",
-            "janus": "janus", "janus-pro": "janus", "emu3": "emu3", "llamagen": "llamagen"}
+FAMILIES = {
+    "chameleon": "chameleon",
+    "lumina-mgpt": "chameleon",
+    "lumina": "chameleon",
+    "anole": "anole",
+    "cosmos": "cosmos",
+    "janus": "janus",
+    "janus-pro": "janus",
+    "emu3": "emu3",
+    "llamagen": "llamagen",
+}
 OPTIONS = {"size": "image side in pixels"}
 
 
@@ -39,7 +47,7 @@ def load_family(family: str, path: str, device: str | None = None, trust_checkpo
         raise ConfigError('real model families need transformers: pip install -e ".[families]"') from None
     load = import_module(f".{name}", __name__).load
     options = model_options(family, query, inspect.signature(load).parameters)
-    if "trust_checkpoint" in inspect.signature(load).parameters:   # families that unpickle anything
+    if "trust_checkpoint" in inspect.signature(load).parameters:  # families that unpickle anything
         options["trust_checkpoint"] = trust_checkpoint
     return load(path, device or default_device(), **options)
 

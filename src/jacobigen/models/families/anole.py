@@ -20,7 +20,7 @@ from ..bundle import ModelBundle, rows_encoder
 from .base import token_id
 from .chameleon import IMAGE_END, IMAGE_START, TURN_END, chameleon_adapter, image_decoder, load_chameleon
 
-SIDE = 32        # 1024 tokens: 512 px through the 16x VQGAN
+SIDE = 32  # 1024 tokens: 512 px through the 16x VQGAN
 DEFAULTS = {"cfg": 3.0, "temperature": 0.7, "top_p": 0.9}
 
 
@@ -37,8 +37,9 @@ def anole_pipeline(hf, tokenizer, vq_decoder=None, side: int = SIDE) -> ModelBun
         return [bos, *tokenizer(text, add_special_tokens=False)["input_ids"], eot, boi]
 
     note = "" if vq_decoder is not None else "no vqgan.ckpt found: images are token palettes"
-    return ModelBundle("anole", chameleon_adapter(hf), layout, rows_encoder(encode, [bos, boi]), decode,
-                       dict(DEFAULTS), note=note)
+    return ModelBundle(
+        "anole", chameleon_adapter(hf), layout, rows_encoder(encode, [bos, boi]), decode, dict(DEFAULTS), note=note
+    )
 
 
 def load(path: str | Path, device: str = "cpu", trust_checkpoint: bool = False) -> ModelBundle:

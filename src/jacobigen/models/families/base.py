@@ -28,8 +28,10 @@ def require_dir(path: str | Path, what: str) -> Path:
     """Fail early, naming the path, instead of letting hub code try to download."""
     p = Path(path).expanduser()
     if not p.is_dir():
-        raise WeightsError(f"{what} weights not found: {p} is not a directory "
-                           f"(download the checkpoint there first; jacobigen never downloads)")
+        raise WeightsError(
+            f"{what} weights not found: {p} is not a directory "
+            f"(download the checkpoint there first; jacobigen never downloads)"
+        )
     return p
 
 
@@ -39,8 +41,15 @@ def offline() -> None:
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 
-def load_hf(cls, path: Path, what: str, device: str, dtype: torch.dtype | None = None,
-            repair: Callable[[nn.Module, Path, list[str]], None] | None = None, **kwargs):
+def load_hf(
+    cls,
+    path: Path,
+    what: str,
+    device: str,
+    dtype: torch.dtype | None = None,
+    repair: Callable[[nn.Module, Path, list[str]], None] | None = None,
+    **kwargs,
+):
     """``cls.from_pretrained(path)`` offline, with every failure reported as a WeightsError.
     ``repair(model, path, keys)``, when given, receives the keys whose checkpoint shape differs from
     the class's (a layout the family knows how to convert) and must fill them or raise."""
@@ -88,8 +97,9 @@ def contiguous_range(ids, what: str) -> tuple[int, int]:
     return ids[0], ids[-1] + 1
 
 
-def to_pil(pixels: torch.Tensor, rounded: bool = False, value_range: tuple[float, float] = (-1.0, 1.0)
-           ) -> list[Image.Image]:
+def to_pil(
+    pixels: torch.Tensor, rounded: bool = False, value_range: tuple[float, float] = (-1.0, 1.0)
+) -> list[Image.Image]:
     """VQ decoder output [B, 3, H, W] in ``value_range`` -> RGB images, converted as the family's own
     code does: scaled to [0, 255] and truncated (Chameleon, Lumina-mGPT, Anole, Janus and Emu3 cast
     to uint8), or rounded (``rounded``: LlamaGen's torchvision ``save_image`` adds 0.5 first)."""
@@ -113,7 +123,8 @@ def read_checkpoint(path: Path, what: str, trust: bool = False):
             f"{path} pickles a Python object ({found.group(1)}) besides its tensors, as LlamaGen's training "
             f"scripts do with their arguments. Unpickling it could run code, so jacobigen reads only plain "
             f"tensors by default. If you trust this file, pass --trust-checkpoint (Python: "
-            f"trust_checkpoint=True); or save its state dict alone once and load that.") from None
+            f"trust_checkpoint=True); or save its state dict alone once and load that."
+        ) from None
     except Exception as e:
         raise WeightsError(f"cannot read {what} weights {path}: {e}") from e
 
@@ -157,11 +168,19 @@ class HFAdapter(nn.Module):
     states to logits over our id space (``vocab_size`` columns).
     """
 
-    def __init__(self, hf_model: nn.Module, backbone: nn.Module, embed: Callable, head: Callable,
-                 text_config, vocab_size: int, max_seq_len: int):
+    def __init__(
+        self,
+        hf_model: nn.Module,
+        backbone: nn.Module,
+        embed: Callable,
+        head: Callable,
+        text_config,
+        vocab_size: int,
+        max_seq_len: int,
+    ):
         super().__init__()
         self.hf = hf_model
-        self._backbone, self._embed, self._head = [backbone], embed, head   # not registered twice
+        self._backbone, self._embed, self._head = [backbone], embed, head  # not registered twice
         cfg = text_config
         self.n_layers = cfg.num_hidden_layers
         self.kv_heads = getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
@@ -172,8 +191,7 @@ class HFAdapter(nn.Module):
 
     def new_cache(self, rows: int, capacity: int) -> KVCache:
         p = next(self.parameters())
-        return KVCache(self.n_layers, rows, self.kv_heads, capacity, self.head_dim, dtype=p.dtype,
-                       device=p.device)
+        return KVCache(self.n_layers, rows, self.kv_heads, capacity, self.head_dim, dtype=p.dtype, device=p.device)
 
     def forward(self, tokens, positions=None, mask=None, cache=None):
         if positions is None:
@@ -183,7 +201,11 @@ class HFAdapter(nn.Module):
             raise ConfigError("a cached forward needs the 4-D mask over the cache slots")
         if mask is not None:
             mask = mask.to(x.dtype)
-        out = self._backbone[0](inputs_embeds=x, attention_mask=mask, position_ids=positions,
-                                cache=self._bridge(cache) if cache is not None else None,
-                                use_cache=cache is not None)
+        out = self._backbone[0](
+            inputs_embeds=x,
+            attention_mask=mask,
+            position_ids=positions,
+            cache=self._bridge(cache) if cache is not None else None,
+            use_cache=cache is not None,
+        )
         return self._head(out.last_hidden_state).float()

@@ -18,37 +18,57 @@ from urllib.parse import unquote_plus
 
 from ...core.errors import ConfigError
 
-URL = (r"\b((?:{scheme}:(?:\/{{1,3}}|[a-zA-Z0-9%])|[a-zA-Z0-9.\-]+[.](?:com|co|ru|net|org|edu|gov|it)"
-       r"[\w/-]*\b\/?(?!@)))")
+URL = (
+    r"\b((?:{scheme}:(?:\/{{1,3}}|[a-zA-Z0-9%])|[a-zA-Z0-9.\-]+[.](?:com|co|ru|net|org|edu|gov|it)"
+    r"[\w/-]*\b\/?(?!@)))"
+)
 FILE_TYPES = "png|jpg|jpeg|bmp|webp|eps|pdf|apk|mp4"
 
 BEFORE_HTML = [("<person>", "person"), (URL.format(scheme="https?"), ""), (URL.format(scheme="www"), "")]
 
 AFTER_HTML = [
-    (r"@[\w\d]+\b", ""),                                   # @handles
-    (r"[\u31c0-\u9fff]+", ""),                             # CJK strokes .. unified ideographs
-    (r"[\u002D\u058A\u05BE\u1400\u1806\u2010-\u2015\u2E17\u2E1A\u2E3A\u2E3B\u2E40\u301C\u3030\u30A0"
-     r"\uFE31\uFE32\uFE58\uFE63\uFF0D]+", "-"),            # every dash
-    (r"[`´«»“”¨]", '"'), (r"[‘’]", "'"),
-    (r"&quot;?", ""), (r"&amp", ""),
-    (r"\d{1,3}\.\d{1,3}\.\d{1,3}\.\d{1,3}", " "),          # IP addresses
-    (r"\d:\d\d\s+$", ""),                                  # article ids
-    (r"\\n", " "),                                         # a literal backslash-n
-    (r"#\d{1,3}\b", ""), (r"#\d{5,}\b", ""), (r"\b\d{6,}\b", ""),
-    (rf"[\S]+\.(?:{FILE_TYPES})", ""),                     # file names
-    (r"[\"\']{2,}", '"'), (r"[\.]{2,}", " "),
-    (r"[#®•©™&@·º½¾¿¡§~\)\(\]\[\}\{\|\\\/\*]{1,}", " "),   # runs of stray punctuation
+    (r"@[\w\d]+\b", ""),  # @handles
+    (r"[\u31c0-\u9fff]+", ""),  # CJK strokes .. unified ideographs
+    (
+        r"[\u002D\u058A\u05BE\u1400\u1806\u2010-\u2015\u2E17\u2E1A\u2E3A\u2E3B\u2E40\u301C\u3030\u30A0"
+        r"\uFE31\uFE32\uFE58\uFE63\uFF0D]+",
+        "-",
+    ),  # every dash
+    (r"[`´«»“”¨]", '"'),
+    (r"[‘’]", "'"),
+    (r"&quot;?", ""),
+    (r"&amp", ""),
+    (r"\d{1,3}\.\d{1,3}\.\d{1,3}\.\d{1,3}", " "),  # IP addresses
+    (r"\d:\d\d\s+$", ""),  # article ids
+    (r"\\n", " "),  # a literal backslash-n
+    (r"#\d{1,3}\b", ""),
+    (r"#\d{5,}\b", ""),
+    (r"\b\d{6,}\b", ""),
+    (rf"[\S]+\.(?:{FILE_TYPES})", ""),  # file names
+    (r"[\"\']{2,}", '"'),
+    (r"[\.]{2,}", " "),
+    (r"[#®•©™&@·º½¾¿¡§~\)\(\]\[\}\{\|\\\/\*]{1,}", " "),  # runs of stray punctuation
     (r"\s+\.\s+", " "),
 ]
 
 AFTER_FIX = [
-    (r"\b[a-zA-Z]{1,3}\d{3,15}\b", ""), (r"\b[a-zA-Z]+\d+[a-zA-Z]+\b", ""), (r"\b\d+[a-zA-Z]+\d+\b", ""),
-    (r"(worldwide\s+)?(free\s+)?shipping", ""), (r"(free\s)?download(\sfree)?", ""),
-    (r"\bclick\b\s(?:for|on)\s\w+", ""), (rf"\b(?:{FILE_TYPES})(\simage[s]?)?", ""), (r"\bpage\s+\d+\b", ""),
+    (r"\b[a-zA-Z]{1,3}\d{3,15}\b", ""),
+    (r"\b[a-zA-Z]+\d+[a-zA-Z]+\b", ""),
+    (r"\b\d+[a-zA-Z]+\d+\b", ""),
+    (r"(worldwide\s+)?(free\s+)?shipping", ""),
+    (r"(free\s)?download(\sfree)?", ""),
+    (r"\bclick\b\s(?:for|on)\s\w+", ""),
+    (rf"\b(?:{FILE_TYPES})(\simage[s]?)?", ""),
+    (r"\bpage\s+\d+\b", ""),
     (r"\b\d*[a-zA-Z]+\d+[a-zA-Z]+\d+[a-zA-Z\d]*\b", " "),
-    (r"\b\d+\.?\d*[xх×]\d+\.?\d*\b", ""),                  # sizes like 1920x1080
-    (r"\b\s+\:\s+", ": "), (r"(\D[,\./])\b", r"\1 "), (r"\s+", " "),
-    (r"^[\"\']([\w\W]+)[\"\']$", r"\1"), (r"^[\'\_,\-\:;]", ""), (r"[\'\_,\-\:\-\+]$", ""), (r"^\.\S+$", ""),
+    (r"\b\d+\.?\d*[xх×]\d+\.?\d*\b", ""),  # sizes like 1920x1080
+    (r"\b\s+\:\s+", ": "),
+    (r"(\D[,\./])\b", r"\1 "),
+    (r"\s+", " "),
+    (r"^[\"\']([\w\W]+)[\"\']$", r"\1"),
+    (r"^[\'\_,\-\:;]", ""),
+    (r"[\'\_,\-\:\-\+]$", ""),
+    (r"^\.\S+$", ""),
 ]
 
 
@@ -82,7 +102,7 @@ class _TextOnly(HTMLParser):
 
     def unknown_decl(self, data: str) -> None:
         if data.startswith("CDATA["):
-            self.handle_data(data[len("CDATA["):])
+            self.handle_data(data[len("CDATA[") :])
 
 
 def html_text(text: str) -> str:
@@ -103,11 +123,12 @@ def clean_caption(text: str) -> str:
     try:
         from ftfy import fix_text
     except ImportError:
-        raise ConfigError('LlamaGen t2i cleans captions with ftfy, as its training did: '
-                          'pip install -e ".[families]"') from None
+        raise ConfigError(
+            'LlamaGen t2i cleans captions with ftfy, as its training did: pip install -e ".[families]"'
+        ) from None
     text = substitute(unquote_plus(str(text)).strip().lower(), BEFORE_HTML)
     text = substitute(html_text(text), AFTER_HTML)
-    if len(re.findall(r"[-_]", text)) > 3:                 # this-is-a-slug / this_is_a_slug
+    if len(re.findall(r"[-_]", text)) > 3:  # this-is-a-slug / this_is_a_slug
         text = re.sub(r"[-_]", " ", text)
     text = html.unescape(html.unescape(fix_text(text))).strip()
     return substitute(text, AFTER_FIX).strip()

@@ -31,9 +31,9 @@ from .base import HFAdapter, contiguous_range, load_hf, load_tokenizer, require_
 IMAGE_START, IMAGE_END, NEW_LINE = "<racm3:break>", "<eoss>", "<reserved08799>"
 PROMPT = "Generate an image of {w}x{h} according to the following prompt:\n{text}"
 TURN_END = "<reserved08706>"
-PATCH = 32       # pixels per size-token grid; the VQ downsamples by 16, so 2 tokens per grid
+PATCH = 32  # pixels per size-token grid; the VQ downsamples by 16, so 2 tokens per grid
 DEFAULTS = {"cfg": 3.0, "top_k": 2000, "temperature": 1.0}
-RELEASE_SIZES = (512, 768, 1024)   # Lumina-mGPT-7B-512 / -768 / -768-Omni / -1024, -34B-512
+RELEASE_SIZES = (512, 768, 1024)  # Lumina-mGPT-7B-512 / -768 / -768-Omni / -1024, -34B-512
 SHARD_NORM = re.compile(r"\.self_attn\.[qk]_norm\.(?:weight|bias)$")
 
 
@@ -44,8 +44,7 @@ def grid_token(n: int) -> str:
 def chameleon_adapter(hf) -> HFAdapter:
     """``hf``: a ChameleonForConditionalGeneration; logits keep the image ids (unlike its forward)."""
     cfg = hf.config
-    return HFAdapter(hf, hf.model, hf.model.embed_tokens, hf.lm_head, cfg, cfg.vocab_size,
-                     cfg.max_position_embeddings)
+    return HFAdapter(hf, hf.model, hf.model.embed_tokens, hf.lm_head, cfg, cfg.vocab_size, cfg.max_position_embeddings)
 
 
 def image_decoder(hf, vq_decoder) -> tuple[int, int, Callable]:
@@ -72,21 +71,27 @@ def chameleon_pipeline(hf, tokenizer, size: int = 768, vq_decoder=None) -> Model
         raise ConfigError(f"Lumina-mGPT image sizes are multiples of {PATCH} pixels, got {size}")
     grids = size // PATCH
     lo, hi, decode = image_decoder(hf, vq_decoder)
-    header = [token_id(tokenizer, IMAGE_START), token_id(tokenizer, grid_token(grids)),
-              token_id(tokenizer, grid_token(grids))]
-    layout = ImageLayout(2 * grids, 2 * grids, (lo, hi), eol_id=token_id(tokenizer, NEW_LINE),
-                         end_id=token_id(tokenizer, IMAGE_END))
+    header = [
+        token_id(tokenizer, IMAGE_START),
+        token_id(tokenizer, grid_token(grids)),
+        token_id(tokenizer, grid_token(grids)),
+    ]
+    layout = ImageLayout(
+        2 * grids, 2 * grids, (lo, hi), eol_id=token_id(tokenizer, NEW_LINE), end_id=token_id(tokenizer, IMAGE_END)
+    )
 
     def encode(text: str) -> list[int]:
         ids = tokenizer(PROMPT.format(w=size, h=size, text=text) + TURN_END)["input_ids"]
         return list(ids) + header
 
     note = "" if vq_decoder is not None else "no vqgan.ckpt found: images are token palettes"
-    return ModelBundle("chameleon", chameleon_adapter(hf), layout, rows_encoder(encode, header), decode,
-                       dict(DEFAULTS), note=note)
+    return ModelBundle(
+        "chameleon", chameleon_adapter(hf), layout, rows_encoder(encode, header), decode, dict(DEFAULTS), note=note
+    )
 
 
 # --- loading ------------------------------------------------------------------------------------
+
 
 def expand_shard_norms(model: nn.Module, path: Path, keys: list[str]) -> None:
     """Lumina-mGPT's Chameleon keeps the q/k-norm weight and bias per model-parallel shard
@@ -96,8 +101,10 @@ def expand_shard_norms(model: nn.Module, path: Path, keys: list[str]) -> None:
     Any other shape mismatch means the checkpoint is not a Chameleon of this config."""
     other = [k for k in keys if not SHARD_NORM.search(k)]
     if other:
-        raise WeightsError(f"{path}: tensors whose shape does not fit the config, e.g. {other[:3]}: "
-                           "is this a Chameleon / Lumina-mGPT checkpoint with its own config.json?")
+        raise WeightsError(
+            f"{path}: tensors whose shape does not fit the config, e.g. {other[:3]}: "
+            "is this a Chameleon / Lumina-mGPT checkpoint with its own config.json?"
+        )
     if not keys:
         return
     stored = read_tensors(path, keys)
@@ -105,8 +112,10 @@ def expand_shard_norms(model: nn.Module, path: Path, keys: list[str]) -> None:
     for key in keys:
         target, rows = params[key], stored[key]
         if target.shape[0] % rows.shape[0] or rows.shape[1:] != target.shape[1:]:
-            raise WeightsError(f"{path}: {key} has shape {tuple(rows.shape)}, which does not repeat to "
-                               f"{tuple(target.shape)} (heads x head_dim)")
+            raise WeightsError(
+                f"{path}: {key} has shape {tuple(rows.shape)}, which does not repeat to "
+                f"{tuple(target.shape)} (heads x head_dim)"
+            )
         with torch.no_grad():
             target.copy_(rows.repeat_interleave(target.shape[0] // rows.shape[0], 0))
 
@@ -122,7 +131,7 @@ def read_tensors(path: Path, keys: list[str]) -> dict[str, torch.Tensor]:
         for key in keys:
             with safe_open(str(path / where[key]), framework="pt") as f:
                 out[key] = f.get_tensor(key)
-    except Exception as e:   # a missing shard or key, or a .bin checkpoint
+    except Exception as e:  # a missing shard or key, or a .bin checkpoint
         raise WeightsError(f"cannot read {keys[0]} from the safetensors files in {path}: {e}") from e
     return out
 
@@ -152,8 +161,7 @@ def load_chameleon(path: str | Path, device: str, what: str, trust_checkpoint: b
     return hf, tok, vq
 
 
-def load(path: str | Path, device: str = "cpu", size: int | None = None,
-         trust_checkpoint: bool = False) -> ModelBundle:
+def load(path: str | Path, device: str = "cpu", size: int | None = None, trust_checkpoint: bool = False) -> ModelBundle:
     """``size``: image side in pixels; by default the one the release name states, else 768."""
     hf, tok, vq = load_chameleon(path, device, "Chameleon / Lumina-mGPT", trust_checkpoint)
     return chameleon_pipeline(hf, tok, size or size_from_name(Path(path).expanduser()) or 768, vq)

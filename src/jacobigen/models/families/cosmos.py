@@ -44,7 +44,7 @@ from .cosmos_tokenizer import JitDecoder, find_decoder, preview
 from .llamagen import RMSNorm
 
 YARN_12B = dict(yarn=True, original_latent_shape=(3, 40, 64), yarn_beta_fast=4.0, yarn_beta_slow=1.0, yarn_scale=2.0)
-HEADS = 32                       # both base models (4B: 32 x 128, 12B: 32 x 128)
+HEADS = 32  # both base models (4B: 32 x 128, 12B: 32 x 128)
 
 
 @dataclass(frozen=True)
@@ -59,8 +59,8 @@ class CosmosConfig:
     norm_eps: float = 1e-5
     rope_theta: float = 500000.0
     qk_norm: bool = True
-    latent_shape: tuple[int, int, int] = (5, 40, 64)     # latent frames, rows, cols of one sequence
-    context_frames: int = 2                              # latent frames given as the prompt (9 pixel frames)
+    latent_shape: tuple[int, int, int] = (5, 40, 64)  # latent frames, rows, cols of one sequence
+    context_frames: int = 2  # latent frames given as the prompt (9 pixel frames)
     yarn: bool = False
     original_latent_shape: tuple[int, int, int] = (3, 40, 64)
     yarn_beta_fast: float = 4.0
@@ -90,8 +90,8 @@ def inverse_frequencies(c: CosmosConfig) -> tuple[torch.Tensor, torch.Tensor]:
     """(temporal [d_t/2], spatial [d_h/2]) rotary frequencies of one head."""
     d_h = c.hd // 6 * 2
     d_t = c.hd - 2 * d_h
-    spatial = 1.0 / c.rope_theta ** (torch.arange(0, d_h, 2)[:d_h // 2].float() / d_h)
-    temporal = 1.0 / c.rope_theta ** (torch.arange(0, d_t, 2)[:d_t // 2].float() / d_t)
+    spatial = 1.0 / c.rope_theta ** (torch.arange(0, d_h, 2)[: d_h // 2].float() / d_h)
+    temporal = 1.0 / c.rope_theta ** (torch.arange(0, d_t, 2)[: d_t // 2].float() / d_t)
     if c.yarn:
         spatial = spatial * yarn_factors(spatial, c.original_latent_shape[1], c)
         temporal = temporal * yarn_factors(temporal, c.original_latent_shape[0], c)
@@ -199,6 +199,7 @@ class Cosmos(nn.Module):
 
 # --- checkpoints --------------------------------------------------------------------------------
 
+
 def clean_state(raw: dict) -> dict:
     """Cosmos' ``process_state_dict``: the ``model`` entry when there is one, the ``model.`` prefix
     dropped, TransformerEngine's ``_extra_state`` entries skipped."""
@@ -211,8 +212,10 @@ def config_from_state(state: dict, **over) -> CosmosConfig:
     keys, head size from the q/k norm (or ``dim / 32``), K/V heads from ``wk``; the 12B shape
     (40 layers of 5120) takes its YaRN rescaling. ``over`` (a ``cosmos.json``) has the last word."""
     if any("cross_attention" in k for k in state):
-        raise ConfigError("this is a Cosmos Video2World checkpoint (text cross-attention): only the base "
-                          "Cosmos-1.0-Autoregressive-4B/12B checkpoints are supported")
+        raise ConfigError(
+            "this is a Cosmos Video2World checkpoint (text cross-attention): only the base "
+            "Cosmos-1.0-Autoregressive-4B/12B checkpoints are supported"
+        )
     try:
         vocab, dim = state["tok_embeddings.weight"].shape
         layers = 1 + max(int(k.split(".")[1]) for k in state if k.startswith("layers."))
@@ -223,8 +226,16 @@ def config_from_state(state: dict, **over) -> CosmosConfig:
         ffn = state["layers.0.feed_forward.w1.weight"].shape[0]
     except (KeyError, ValueError) as e:
         raise WeightsError(f"not a Cosmos autoregressive checkpoint (missing {e})") from None
-    sizes = dict(dim=dim, n_layers=layers, n_heads=heads, n_kv_heads=kv, ffn_dim=ffn, vocab_size=vocab,
-                 qk_norm=qk, head_dim=head_dim if head_dim * heads != dim else None)
+    sizes = dict(
+        dim=dim,
+        n_layers=layers,
+        n_heads=heads,
+        n_kv_heads=kv,
+        ffn_dim=ffn,
+        vocab_size=vocab,
+        qk_norm=qk,
+        head_dim=head_dim if head_dim * heads != dim else None,
+    )
     if (layers, dim) == (40, 5120):
         sizes.update(YARN_12B, sampling={"temperature": 1.0, "top_p": 0.9, "top_k": None, "cfg": 1.0})
     known = {f.name for f in fields(CosmosConfig)}
@@ -263,6 +274,7 @@ def save_config(model: Cosmos, directory: Path) -> None:
 
 # --- the pipeline ---------------------------------------------------------------------------------
 
+
 def frames_to_images(frames: torch.Tensor) -> list[list[Image.Image]]:
     """uint8 frames [B, T, H, W, 3] -> one list of RGB images per clip."""
     return [[Image.fromarray(f.numpy()) for f in clip] for clip in frames.cpu()]
@@ -278,12 +290,16 @@ def cosmos_pipeline(model: Cosmos, decoder_path: Path | None = None, device: str
     def encode(text: str) -> list[int]:
         path = Path(text).expanduser()
         if path.suffix != ".npy" or not path.is_file():
-            raise ConfigError(f"a Cosmos prompt is a .npy file of condition tokens [{c.context_frames}, {h}, {w}] "
-                              f"(Cosmos' DV8x16x16 encoder makes them), got {text!r}")
+            raise ConfigError(
+                f"a Cosmos prompt is a .npy file of condition tokens [{c.context_frames}, {h}, {w}] "
+                f"(Cosmos' DV8x16x16 encoder makes them), got {text!r}"
+            )
         tokens = np.load(path)
         if tokens.shape != (c.context_frames, h, w) or tokens.min() < 0 or tokens.max() >= c.vocab_size:
-            raise ConfigError(f"{path}: condition tokens must be ids in [0, {c.vocab_size}) of shape "
-                              f"{(c.context_frames, h, w)}, got shape {tokens.shape}")
+            raise ConfigError(
+                f"{path}: condition tokens must be ids in [0, {c.vocab_size}) of shape "
+                f"{(c.context_frames, h, w)}, got shape {tokens.shape}"
+            )
         return tokens.reshape(-1).tolist()
 
     if decoder_path is not None:
@@ -300,8 +316,9 @@ def cosmos_pipeline(model: Cosmos, decoder_path: Path | None = None, device: str
         cond = torch.tensor(prompts.cond, device=clips.device).view(len(prompts.cond), c.context_frames, h, w)
         return frames_to_images(frames_of(torch.cat([cond, clips], 1)))
 
-    return ModelBundle("cosmos", model, layout, rows_encoder(encode, None), decode, dict(c.sampling), note=note,
-                       example_prompts=[])
+    return ModelBundle(
+        "cosmos", model, layout, rows_encoder(encode, None), decode, dict(c.sampling), note=note, example_prompts=[]
+    )
 
 
 def load(path: str | Path, device: str = "cpu") -> ModelBundle:

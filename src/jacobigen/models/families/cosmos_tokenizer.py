@@ -24,7 +24,7 @@ import torch
 from ...core.errors import WeightsError
 
 LEVELS = (8, 8, 8, 5, 5, 5)
-TIME, SPACE = 8, 16              # DV8x16x16: frames per latent frame after the first, pixels per token side
+TIME, SPACE = 8, 16  # DV8x16x16: frames per latent frame after the first, pixels per token side
 
 
 def fsq_codes(indices: torch.Tensor, levels: tuple[int, ...] = LEVELS) -> torch.Tensor:
@@ -47,11 +47,11 @@ class JitDecoder:
     ``chunk`` latent frames, at most 4 chunks per call, in bf16 on a GPU (float32 on the CPU);
     returns frames [B, T, H, W, 3] as uint8."""
 
-    per_call = 4       # Cosmos' max_dec_batch_size
+    per_call = 4  # Cosmos' max_dec_batch_size
 
     def __init__(self, path: Path, chunk: int, device: str):
         try:
-            with warnings.catch_warnings():        # TorchScript is deprecated in torch, but it is what Cosmos ships
+            with warnings.catch_warnings():  # TorchScript is deprecated in torch, but it is what Cosmos ships
                 warnings.simplefilter("ignore", DeprecationWarning)
                 self.net = torch.jit.load(str(path), map_location=device).eval()
             if torch.device(device).type == "cuda":
@@ -66,9 +66,9 @@ class JitDecoder:
         if t % self.chunk:
             raise WeightsError(f"{t} latent frames do not split into the decoder's chunks of {self.chunk}")
         chunks = indices.to(self.device).reshape(b * (t // self.chunk), self.chunk, h, w)
-        video = torch.cat([self.net(c).float() for c in chunks.split(self.per_call)])   # [B n, 3, T, H, W] in [-1, 1]
+        video = torch.cat([self.net(c).float() for c in chunks.split(self.per_call)])  # [B n, 3, T, H, W] in [-1, 1]
         video = video.reshape(b, t // self.chunk, *video.shape[1:]).permute(0, 1, 3, 4, 5, 2)
-        pixels = (video * 0.5 + 0.5).clamp(0, 1).flatten(1, 2)            # [B, n T, H, W, 3]
+        pixels = (video * 0.5 + 0.5).clamp(0, 1).flatten(1, 2)  # [B, n T, H, W, 3]
         return (pixels * 255).round().to(torch.uint8).cpu()
 
 
@@ -82,8 +82,11 @@ def preview(indices: torch.Tensor, levels: tuple[int, ...] = LEVELS) -> torch.Te
 def find_decoder(model_dir: Path) -> Path | None:
     """``decoder.jit`` beside the weights, in ``tokenizer/``, or in the tokenizer's release folder
     next to the model's (Cosmos' own checkpoint layout)."""
-    for candidate in (model_dir / "decoder.jit", model_dir / "tokenizer" / "decoder.jit",
-                      model_dir.parent / "Cosmos-1.0-Tokenizer-DV8x16x16" / "decoder.jit"):
+    for candidate in (
+        model_dir / "decoder.jit",
+        model_dir / "tokenizer" / "decoder.jit",
+        model_dir.parent / "Cosmos-1.0-Tokenizer-DV8x16x16" / "decoder.jit",
+    ):
         if candidate.is_file():
             return candidate
     return None

@@ -20,11 +20,12 @@ from ..bundle import ModelBundle, rows_encoder
 from .base import HFAdapter, contiguous_range, load_hf, load_tokenizer, require_dir, to_pil, token_id
 
 POSITIVE = " masterpiece, film grained, best quality."
-NEGATIVE = ("lowres, bad anatomy, bad hands, text, error, missing fingers, extra digit, fewer digits, "
-            "cropped, worst quality, low quality, normal quality, jpeg artifacts, signature, watermark, "
-            "username, blurry.")
-NAMES = {"boi": "<|image start|>", "wrapper": "<|image token|>", "eol": "<|extra_200|>",
-         "eof": "<|extra_201|>"}
+NEGATIVE = (
+    "lowres, bad anatomy, bad hands, text, error, missing fingers, extra digit, fewer digits, "
+    "cropped, worst quality, low quality, normal quality, jpeg artifacts, signature, watermark, "
+    "username, blurry."
+)
+NAMES = {"boi": "<|image start|>", "wrapper": "<|image token|>", "eol": "<|extra_200|>", "eof": "<|extra_201|>"}
 DEFAULTS = {"cfg": 3.0, "top_k": 2048, "temperature": 1.0}
 
 
@@ -60,10 +61,9 @@ def emu3_pipeline(hf, tokenizer, side: int = 90, image_processor=None, quality_s
             return to_pil(pixels)
         mean = torch.tensor(image_processor.image_mean, device=pixels.device)[:, None, None]
         std = torch.tensor(image_processor.image_std, device=pixels.device)[:, None, None]
-        return to_pil(pixels.float() * std + mean, value_range=(0.0, 1.0))   # Emu3's postprocess
+        return to_pil(pixels.float() * std + mean, value_range=(0.0, 1.0))  # Emu3's postprocess
 
-    return ModelBundle("emu3", emu3_adapter(hf), layout, rows_encoder(encode, tokens(NEGATIVE)), decode,
-                       dict(DEFAULTS))
+    return ModelBundle("emu3", emu3_adapter(hf), layout, rows_encoder(encode, tokens(NEGATIVE)), decode, dict(DEFAULTS))
 
 
 def load(path: str | Path, device: str = "cpu", size: int = 720) -> ModelBundle:
@@ -77,6 +77,6 @@ def load(path: str | Path, device: str = "cpu", size: int = 720) -> ModelBundle:
         from transformers import AutoImageProcessor
 
         ip = AutoImageProcessor.from_pretrained(str(path), local_files_only=True)
-    except Exception:   # no preprocessor_config.json: decode assumes pixels in [-1, 1]
+    except Exception:  # no preprocessor_config.json: decode assumes pixels in [-1, 1]
         ip = None
     return emu3_pipeline(hf, tok, size // 8, ip)

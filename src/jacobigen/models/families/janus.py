@@ -44,8 +44,15 @@ def janus_adapter(hf) -> HFAdapter:
         pad = logits.new_full((*logits.shape[:-1], n_text), float("-inf"))
         return torch.cat([pad, logits], dim=-1)
 
-    return HFAdapter(hf, m.language_model, embed, head, hf.config.text_config, n_text + codes,
-                     hf.config.text_config.max_position_embeddings)
+    return HFAdapter(
+        hf,
+        m.language_model,
+        embed,
+        head,
+        hf.config.text_config,
+        n_text + codes,
+        hf.config.text_config.max_position_embeddings,
+    )
 
 
 def janus_pipeline(hf, tokenizer) -> ModelBundle:

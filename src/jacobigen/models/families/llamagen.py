@@ -44,11 +44,11 @@ from ..bundle import ModelBundle, Prompts, palette_decode, rows_encoder
 from .base import read_checkpoint, require_dir, to_pil
 from .captions import llamagen_caption
 
-SIZES = (256, 384, 448, 512)    # the --image-size choices of LlamaGen's scripts
-DOWNSAMPLE = 16                  # VQ-16: pixels per token side
+SIZES = (256, 384, 448, 512)  # the --image-size choices of LlamaGen's scripts
+DOWNSAMPLE = 16  # VQ-16: pixels per token side
 CHECKPOINT_SUFFIXES = (".pt", ".pth", ".safetensors")
 HEADS = {768: 12, 1024: 16, 1280: 20, 1536: 24, 2048: 32, 2560: 40, 3200: 32, 4096: 32}  # GPT-B .. 7B
-C2I_DEFAULTS = {"cfg": 4.0, "temperature": 1.0, "top_k": 2000, "top_p": None}   # sample_c2i.py's demo
+C2I_DEFAULTS = {"cfg": 4.0, "temperature": 1.0, "top_k": 2000, "top_p": None}  # sample_c2i.py's demo
 T2I_DEFAULTS = {"cfg": 7.5, "temperature": 1.0, "top_k": 1000, "top_p": None}
 
 
@@ -62,13 +62,13 @@ class LlamaGenConfig:
     ffn_dim_multiplier: float | None = None
     rope_base: float = 10000.0
     norm_eps: float = 1e-5
-    vocab_size: int = 16384          # VQ codes
+    vocab_size: int = 16384  # VQ codes
     model_type: str = "c2i"
     num_classes: int = 1000
     caption_dim: int = 2048
     cls_token_num: int = 1
-    block_size: int = 256            # image tokens (a square grid)
-    bank_prompts: int = 16           # t2i: distinct captions one call conditions on
+    block_size: int = 256  # image tokens (a square grid)
+    bank_prompts: int = 16  # t2i: distinct captions one call conditions on
 
     @property
     def kv_heads(self) -> int:
@@ -87,7 +87,7 @@ class LlamaGenConfig:
 
     @property
     def grid(self) -> int:
-        return int(round(self.block_size ** 0.5))
+        return int(round(self.block_size**0.5))
 
     @property
     def cond_ids(self) -> int:
@@ -180,12 +180,14 @@ class CaptionEmbedder(nn.Module):
         rows, then caption i at slot i + 1."""
         n = self.c.cls_token_num
         if len(captions) > self.c.bank_prompts:
-            raise ConfigError(f"LlamaGen t2i conditions on at most {self.c.bank_prompts} distinct prompts per call, "
-                              f"got {len(captions)}: split them into several calls")
+            raise ConfigError(
+                f"LlamaGen t2i conditions on at most {self.c.bank_prompts} distinct prompts per call, "
+                f"got {len(captions)}: split them into several calls"
+            )
         bank = self.uncond_embedding.new_zeros(self.c.cond_ids, self.c.caption_dim)
         bank[:n] = self.uncond_embedding
         for slot, caption in enumerate(captions, 1):
-            bank[slot * n:slot * n + caption.shape[0]] = caption.to(bank)
+            bank[slot * n : slot * n + caption.shape[0]] = caption.to(bank)
         return bank
 
     def forward(self, slots, bank=None):
@@ -206,7 +208,7 @@ class LlamaGen(nn.Module):
 
     def __init__(self, c: LlamaGenConfig):
         super().__init__()
-        if c.grid ** 2 != c.block_size:
+        if c.grid**2 != c.block_size:
             raise ConfigError(f"block_size {c.block_size} is not a square grid")
         self.config = c
         self.cls_embedding = LabelEmbedder(c) if c.model_type == "c2i" else CaptionEmbedder(c)
@@ -296,6 +298,7 @@ def rotate_pairs(x, rope):
 
 # --- checkpoints ----------------------------------------------------------------------------------
 
+
 def config_from_state(state: dict, name: str = "", args: dict | None = None, **over) -> LlamaGenConfig:
     """LlamaGen checkpoints carry no config: infer it from tensor shapes, the stored training arguments,
     the RoPE table, the file name and known sizes. ``over`` (``llamagen.json``, ``?size=``) wins."""
@@ -303,12 +306,19 @@ def config_from_state(state: dict, name: str = "", args: dict | None = None, **o
     dim = state["tok_embeddings.weight"].shape[1]
     n_layer = 1 + max(int(m.group(1)) for k in state if (m := re.match(r"layers\.(\d+)\.", k)))
     t2i = "cls_embedding.cap_proj.fc1.weight" in state
-    kw = dict(dim=dim, n_layer=n_layer, n_head=HEADS.get(dim, max(1, dim // 64)),
-              vocab_size=state["tok_embeddings.weight"].shape[0], model_type="t2i" if t2i else "c2i",
-              cls_token_num=args.get("cls_token_num", 1))
-    if t2i:   # one uncond_embedding row per caption slot
-        kw.update(caption_dim=state["cls_embedding.cap_proj.fc1.weight"].shape[1],
-                  cls_token_num=state["cls_embedding.uncond_embedding"].shape[0])
+    kw = dict(
+        dim=dim,
+        n_layer=n_layer,
+        n_head=HEADS.get(dim, max(1, dim // 64)),
+        vocab_size=state["tok_embeddings.weight"].shape[0],
+        model_type="t2i" if t2i else "c2i",
+        cls_token_num=args.get("cls_token_num", 1),
+    )
+    if t2i:  # one uncond_embedding row per caption slot
+        kw.update(
+            caption_dim=state["cls_embedding.cap_proj.fc1.weight"].shape[1],
+            cls_token_num=state["cls_embedding.uncond_embedding"].shape[0],
+        )
     else:
         kw.update(num_classes=state["cls_embedding.embedding_table.weight"].shape[0] - 1)
     kw.update(over)
@@ -326,14 +336,18 @@ def image_grid(state: dict, name: str, args: dict, cls_token_num: int) -> int:
     if table is not None:
         side = math.isqrt(table.shape[0] - cls_token_num)
         if side * side + cls_token_num != table.shape[0]:
-            raise WeightsError(f"{name}: its RoPE table has {table.shape[0]} rows, not {cls_token_num} "
-                               "condition rows plus a square image grid")
+            raise WeightsError(
+                f"{name}: its RoPE table has {table.shape[0]} rows, not {cls_token_num} "
+                "condition rows plus a square image grid"
+            )
         return side
     stated = [int(t) for t in re.split(r"[-_.]", name) if t.isdigit() and int(t) in SIZES]
     if len(stated) != 1:
-        raise ConfigError(f"cannot tell the image size of LlamaGen checkpoint {name!r}: its name states no "
-                          f"single size ({', '.join(map(str, SIZES))}) and it stores neither its training "
-                          f"arguments nor a RoPE table. Pass it, e.g. llamagen:PATH?size=384")
+        raise ConfigError(
+            f"cannot tell the image size of LlamaGen checkpoint {name!r}: its name states no "
+            f"single size ({', '.join(map(str, SIZES))}) and it stores neither its training "
+            f"arguments nor a RoPE table. Pass it, e.g. llamagen:PATH?size=384"
+        )
     return stated[0] // DOWNSAMPLE
 
 
@@ -348,14 +362,15 @@ def read_state(path: Path, trust: bool = False) -> tuple[dict, dict]:
             raise WeightsError(f"cannot read LlamaGen weights {path}: {e}") from e
     ckpt = read_checkpoint(path, "LlamaGen", trust)
     args = vars(ckpt["args"]) if isinstance(ckpt, dict) and hasattr(ckpt.get("args"), "__dict__") else {}
-    for key in ("model", "module", "state_dict"):   # the order of LlamaGen's sample scripts
+    for key in ("model", "module", "state_dict"):  # the order of LlamaGen's sample scripts
         if isinstance(ckpt, dict) and isinstance(ckpt.get(key), dict):
             return ckpt[key], args
     return ckpt, args
 
 
-def load_llamagen(path: Path, device: str = "cpu", dtype: torch.dtype | None = None,
-                  trust_checkpoint: bool = False, **over) -> LlamaGen:
+def load_llamagen(
+    path: Path, device: str = "cpu", dtype: torch.dtype | None = None, trust_checkpoint: bool = False, **over
+) -> LlamaGen:
     state, args = read_state(path, trust_checkpoint)
     cfg_file = path.parent / "llamagen.json"
     if cfg_file.is_file():
@@ -364,7 +379,7 @@ def load_llamagen(path: Path, device: str = "cpu", dtype: torch.dtype | None = N
     try:
         cfg = config_from_state(state, path.name, args, **over)
         model = LlamaGen(cfg)
-        state = {k: v for k, v in state.items() if k.split(".")[-1] != "freqs_cis"}   # rebuilt from the grid
+        state = {k: v for k, v in state.items() if k.split(".")[-1] != "freqs_cis"}  # rebuilt from the grid
         model.load_state_dict(state, strict=True)
     except (WeightsError, ConfigError):
         raise
@@ -380,8 +395,10 @@ def save_config(model: LlamaGen, directory: Path) -> None:
 
 # --- the bundle -----------------------------------------------------------------------------------
 
-def llamagen_pipeline(model: LlamaGen, vq=None, caption_fn=None,
-                      missing_vq: str = "no VQ checkpoint (vq_ds16_*.pt) found") -> ModelBundle:
+
+def llamagen_pipeline(
+    model: LlamaGen, vq=None, caption_fn=None, missing_vq: str = "no VQ checkpoint (vq_ds16_*.pt) found"
+) -> ModelBundle:
     """c2i prompts are class labels ("207" or "class 207"); t2i prompts are text, embedded by
     ``caption_fn(text) -> [valid, caption_dim]`` (FLAN-T5-XL, padding dropped), given each prompt
     cleaned as LlamaGen's training cleaned its captions (:mod:`.captions`)."""
@@ -396,14 +413,22 @@ def llamagen_pipeline(model: LlamaGen, vq=None, caption_fn=None,
 
     note = "" if vq is not None else f"{missing_vq}: images are token palettes"
     if c.model_type == "c2i":
+
         def encode(text: str) -> list[int]:
             m = re.fullmatch(r"\s*(?:class\s*)?(\d+)\s*", text)
             if not m or int(m.group(1)) >= c.num_classes:
                 raise ConfigError(f"LlamaGen c2i prompts are ImageNet class ids 0..{c.num_classes - 1}, got {text!r}")
             return [c.vocab_size + int(m.group(1))]
 
-        return ModelBundle("llamagen-c2i", model, layout, rows_encoder(encode, [c.vocab_size + c.num_classes]),
-                           decode, dict(C2I_DEFAULTS), note=note)
+        return ModelBundle(
+            "llamagen-c2i",
+            model,
+            layout,
+            rows_encoder(encode, [c.vocab_size + c.num_classes]),
+            decode,
+            dict(C2I_DEFAULTS),
+            note=note,
+        )
 
     if caption_fn is None:
         raise WeightsError("LlamaGen t2i needs its FLAN-T5-XL text encoder (a t5 directory beside the checkpoint)")
@@ -436,11 +461,11 @@ def t5_caption_fn(t5_dir: Path, device: str, max_length: int = 120):
     def fn(text: str) -> torch.Tensor:
         ids = tok(text, max_length=max_length, truncation=True, return_tensors="pt").to(device)
         return enc(**ids).last_hidden_state[0].float()
+
     return fn
 
 
-def load(path: str | Path, device: str = "cpu", size: int | None = None,
-         trust_checkpoint: bool = False) -> ModelBundle:
+def load(path: str | Path, device: str = "cpu", size: int | None = None, trust_checkpoint: bool = False) -> ModelBundle:
     """``path``: a GPT checkpoint file, or a directory holding exactly one (c2i_*/t2i_* .pt or
     .safetensors). Beside it: the VQ of the same task (``vq_ds16_c2i.pt`` or ``vq_ds16_t2i.pt``) and,
     for t2i, FLAN-T5-XL in ``t5``/``flan-t5-xl``/``t5-ckpt/flan-t5-xl``. ``size``: image side in
@@ -461,8 +486,9 @@ def load(path: str | Path, device: str = "cpu", size: int | None = None,
             raise WeightsError(f"LlamaGen t2i needs FLAN-T5-XL in {root}/t5 (or flan-t5-xl)")
         caption_fn = t5_caption_fn(t5, device)
     others = ", ".join(f.name for f in sorted(root.glob("vq*.pt")))
-    missing = f"no {vq_file.name} beside the checkpoint" + (f" ({others} not used: another tokenizer)"
-                                                            if others else "")
+    missing = f"no {vq_file.name} beside the checkpoint" + (
+        f" ({others} not used: another tokenizer)" if others else ""
+    )
     return llamagen_pipeline(model, vq, caption_fn, missing)
 
 
@@ -476,6 +502,8 @@ def gpt_checkpoint(p: Path) -> Path:
     if not found:
         raise WeightsError(f"no LlamaGen GPT checkpoint (*.pt, *.safetensors) in {root}")
     if len(found) > 1:
-        raise ConfigError(f"{root} holds {len(found)} GPT checkpoints ({', '.join(f.name for f in found)}): "
-                          f"name the one to load, e.g. llamagen:{found[0]}")
+        raise ConfigError(
+            f"{root} holds {len(found)} GPT checkpoints ({', '.join(f.name for f in found)}): "
+            f"name the one to load, e.g. llamagen:{found[0]}"
+        )
     return found[0]

@@ -26,16 +26,31 @@ from .base import read_checkpoint
 class VQDecoder(nn.Module):
     """codes [B, h, w] -> pixels [B, 3, 16h, 16w] in [-1, 1]."""
 
-    def __init__(self, codebook_size: int, embed_dim: int, z_channels: int = 256, base_channels: int = 128,
-                 channel_multiplier=(1, 1, 2, 2, 4), num_res_blocks: int = 2, l2_norm: bool = False,
-                 up_attention: bool = True):
+    def __init__(
+        self,
+        codebook_size: int,
+        embed_dim: int,
+        z_channels: int = 256,
+        base_channels: int = 128,
+        channel_multiplier=(1, 1, 2, 2, 4),
+        num_res_blocks: int = 2,
+        l2_norm: bool = False,
+        up_attention: bool = True,
+    ):
         super().__init__()
         from transformers.models.janus.configuration_janus import JanusVQVAEConfig
         from transformers.models.janus.modeling_janus import JanusVQVAEDecoder
 
-        cfg = JanusVQVAEConfig(embed_dim=embed_dim, num_embeddings=codebook_size, latent_channels=z_channels,
-                               base_channels=base_channels, channel_multiplier=list(channel_multiplier),
-                               num_res_blocks=num_res_blocks, out_channels=3, dropout=0.0)
+        cfg = JanusVQVAEConfig(
+            embed_dim=embed_dim,
+            num_embeddings=codebook_size,
+            latent_channels=z_channels,
+            base_channels=base_channels,
+            channel_multiplier=list(channel_multiplier),
+            num_res_blocks=num_res_blocks,
+            out_channels=3,
+            dropout=0.0,
+        )
         self.embedding = nn.Embedding(codebook_size, embed_dim)
         self.post_quant_conv = nn.Conv2d(embed_dim, z_channels, 1)
         self.decoder = JanusVQVAEDecoder(cfg)
@@ -58,8 +73,13 @@ def infer_arch(state: dict) -> dict:
     base = state["decoder.conv_out.weight"].shape[1]
     mult = [state[f"decoder.up.{levels - 1 - i}.block.0.conv1.weight"].shape[0] // base for i in range(levels)]
     attention = any(".attn." in k for k in state if k.startswith("decoder.up."))
-    return dict(z_channels=state["decoder.conv_in.weight"].shape[1], base_channels=base, channel_multiplier=mult,
-                num_res_blocks=blocks - 1, up_attention=attention)
+    return dict(
+        z_channels=state["decoder.conv_in.weight"].shape[1],
+        base_channels=base,
+        channel_multiplier=mult,
+        num_res_blocks=blocks - 1,
+        up_attention=attention,
+    )
 
 
 def _load_checked(model: nn.Module, state: dict, source: Path) -> nn.Module:
@@ -70,6 +90,7 @@ def _load_checked(model: nn.Module, state: dict, source: Path) -> nn.Module:
 
 
 # --- LlamaGen VQ-16 -------------------------------------------------------------------------------
+
 
 def _shared_key(k: str) -> tuple[bool, str | None]:
     """Keys both VQGAN layouts name alike: (handled, mapped key or None if not needed to decode)."""
@@ -105,6 +126,7 @@ def load_llamagen_vq(path: Path, device: str = "cpu", trust_checkpoint: bool = F
 
 
 # --- Chameleon VQGAN ------------------------------------------------------------------------------
+
 
 def find_chameleon_vqgan(root: Path) -> Path | None:
     for rel in ("vqgan.ckpt", "tokenizer/vqgan.ckpt", "vqgan/vqgan.ckpt", "chameleon/tokenizer/vqgan.ckpt"):
