@@ -20,7 +20,7 @@ from ..parts.verifiers import Verifier
 from .batching import decode
 from .chain import Chain
 from .engine import Engine
-from .pjd import RowParallel, Rows
+from .pjd import RowParallel
 
 
 @dataclass(frozen=True)
@@ -29,7 +29,7 @@ class Parts:
     verifier: Verifier
     window: int
     tree: ProactiveTree | None = None
-    layout2d: RowParallel | None = None  # PJD's row-parallel schedule, None: the 1-D chain
+    layout2d: RowParallel | None = None  # a layout part that brings its schedule (PJD's rows), None: the 1-D chain
 
 
 class JacobiDecoder:
@@ -45,7 +45,7 @@ class JacobiDecoder:
         device = check_model(model)
         targets = TargetPipeline(sampling, layout, model.vocab_size, device)
         if parts.layout2d is not None:
-            schedule = Rows(layout, parts.window, parts.tree, parts.layout2d, targets, device)
+            schedule = parts.layout2d.schedule(layout, parts.window, parts.tree, targets, device)
         else:
             schedule = Chain(layout, parts.window, parts.tree, targets, device)
         self.engine = Engine(model, layout, sampling, parts, schedule, targets, timing, latents)

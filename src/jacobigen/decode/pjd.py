@@ -85,6 +85,10 @@ class RowParallel:
         if self.rows is not None and (isinstance(self.rows, bool) or not isinstance(self.rows, int) or self.rows < 1):
             raise ConfigError(f"pjd_rows must be an integer >= 1, got {self.rows!r}")
 
+    def schedule(self, layout, window: int, tree, targets, device) -> Rows:
+        """The schedule this layout part runs (a layout part brings its own; without one, the chain)."""
+        return Rows(layout, window, tree, self, targets, device)
+
     def context_for(self, cols: int) -> int:
         c = self.context if self.context is not None else max(1, round(self.ratio * cols))
         return min(c, cols)
