@@ -147,12 +147,7 @@ def _random_model(seed: int, layout: ImageLayout, byte_offset: int, bos: int, lo
     torch.manual_seed(seed)
     model = Transformer(
         TransformerConfig(vocab_size=byte_offset + 256, dim=128, n_layers=4, n_heads=4, max_seq_len=64 + longest)
-    )
-    with torch.no_grad():
-        for p in model.parameters():
-            if p.dim() == 2:
-                p.normal_(0, p.shape[1] ** -0.5)
-        model.embed.weight.normal_(0, 1.0)
+    ).randomize_()
 
     def encode(text: str) -> list[int]:
         return [bos, *(byte_offset + b for b in text.encode()[:PROMPT_BYTES])]

@@ -117,6 +117,16 @@ class Transformer(nn.Module):
         if isinstance(m, (nn.Linear, nn.Embedding)):
             nn.init.normal_(m.weight, std=0.02)
 
+    @torch.no_grad()
+    def randomize_(self, embed_std: float = 1.0) -> Transformer:
+        """Fan-in scaled random weights: peaked, context-dependent next-token laws, for the random
+        models and the exactness harness (the 0.02 init above gives near-uniform ones)."""
+        for p in self.parameters():
+            if p.dim() == 2:
+                p.normal_(0, p.shape[1] ** -0.5)
+        self.embed.weight.normal_(0, embed_std)
+        return self
+
     @property
     def vocab_size(self) -> int:
         return self.config.vocab_size

@@ -26,12 +26,8 @@ PROMPT, UNCOND = [5, 6], [7]
 def tiny_model(seed: int = 1, vocab: int = 8, sharpness: float = 2.0) -> Transformer:
     """A 2-layer transformer whose conditionals are peaked and depend strongly on context."""
     torch.manual_seed(seed)
-    model = Transformer(TransformerConfig(vocab_size=vocab, dim=16, n_layers=2, n_heads=2, max_seq_len=64))
+    model = Transformer(TransformerConfig(vocab_size=vocab, dim=16, n_layers=2, n_heads=2, max_seq_len=64)).randomize_()
     with torch.no_grad():
-        for p in model.parameters():
-            if p.dim() == 2:
-                p.normal_(0, 1.0 / p.shape[1] ** 0.5)
-        model.embed.weight.normal_(0, 1.0)
         model.head.weight.mul_(sharpness)
     return model.eval()
 

@@ -39,7 +39,7 @@ from ...core.errors import ConfigError, WeightsError
 from ...core.layout import VideoLayout
 from ..bundle import ModelBundle, rows_encoder
 from ..transformer import rotate
-from .base import read_checkpoint
+from .base import default_dtype, read_checkpoint
 from .cosmos_tokenizer import JitDecoder, find_decoder, preview
 from .llamagen import RMSNorm
 
@@ -261,7 +261,7 @@ def load_cosmos(path: Path, device: str = "cpu", dtype: torch.dtype | None = Non
     missing, unexpected = model.load_state_dict(state, strict=False)
     if missing or unexpected:
         raise WeightsError(f"{file}: keys do not match Cosmos' (missing {missing[:3]}, unexpected {unexpected[:3]})")
-    dtype = dtype or (torch.bfloat16 if torch.device(device).type == "cuda" else torch.float32)
+    dtype = dtype or default_dtype(device)
     return model.to(device=device, dtype=dtype).eval()
 
 

@@ -41,7 +41,7 @@ from ...core.cache import KVCache
 from ...core.errors import ConfigError, WeightsError
 from ...core.layout import ImageLayout
 from ..bundle import ModelBundle, Prompts, palette_decode, rows_encoder
-from .base import read_checkpoint, require_dir, to_pil
+from .base import default_dtype, read_checkpoint, require_dir, to_pil
 from .captions import llamagen_caption
 
 SIZES = (256, 384, 448, 512)  # the --image-size choices of LlamaGen's scripts
@@ -385,7 +385,7 @@ def load_llamagen(
         raise
     except Exception as e:
         raise WeightsError(f"{path} is not a LlamaGen GPT checkpoint: {e}") from e
-    dtype = dtype or (torch.bfloat16 if torch.device(device).type == "cuda" else torch.float32)
+    dtype = dtype or default_dtype(device)
     return model.to(device=device, dtype=dtype).eval()
 
 
