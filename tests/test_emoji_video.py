@@ -1,5 +1,5 @@
-"""The animated-emoji model's layout, loader and training batches, on a tiny random-weight export
-(the trained model is not shipped yet): clips decode through the emoji VQ frame by frame."""
+"""The animated-emoji model's layout, loader and training batches, on a tiny random-weight export,
+and the shipped model: clips decode through the emoji VQ frame by frame."""
 
 import sys
 from pathlib import Path
@@ -73,3 +73,22 @@ def test_clip_batches_target_the_clip_and_frame_ce_covers_every_frame(tmp_path):
     )
     per_frame = train_video.frame_ce(model, data, frames=2)
     assert len(per_frame) == 2 and all(np.isfinite(per_frame))
+
+
+def test_the_shipped_model_makes_eight_frame_clips_and_matches_its_manifest():
+    """The package's animated-emoji model: the files the manifest names, 8 frames of 16 x 16 codes,
+    and a lossless method equal to ``ar`` greedy on its first frame (a one-frame clip)."""
+    import hashlib
+    import json
+
+    from jacobigen.models import WEIGHTS
+
+    manifest = json.loads((WEIGHTS / "manifest.json").read_text())
+    entry = manifest["video/ar.safetensors"]
+    assert hashlib.sha256((WEIGHTS / "video" / "ar.safetensors").read_bytes()).hexdigest() == entry["sha256"]
+    pipe = load_pipeline("emoji-video", device="cpu")
+    assert pipe.layout.frames == 8 and pipe.layout.length == 8 * E.CLIP_FRAME_TOKENS + 1
+    one = pipe.with_frames(1)
+    ar, _ = one.generate("red heart bouncing", method="ar", top_k=1, window=1)
+    gen, frames = one.generate("red heart bouncing", method="scd-gs", top_k=1, window=64)
+    assert torch.equal(gen.tokens, ar.tokens) and len(frames[0]) == 1 and frames[0][0].size == (64, 64)

@@ -501,7 +501,7 @@ MAX_CLIPS = 64  # clips in one --out file (tiled per frame)
 @click.argument("prompts", nargs=-1, required=True)
 @decoding_options(
     "emoji-video",
-    "'emoji-video' (embedded animated emoji, not trained yet), 'random-video' (random weights), or cosmos:DIR.",
+    "'emoji-video' (embedded animated emoji, 8 frames), 'random-video' (random weights), or cosmos:DIR.",
 )
 @click.option(
     "--frames",

@@ -231,12 +231,6 @@ def load_pipeline(spec: str = "default", device: str | None = None, trust_checkp
     if spec == "random-video":
         return random_video_pipeline(device=device)
     if spec == "emoji-video":
-        if not (WEIGHTS / "video" / "ar.safetensors").is_file():
-            raise ConfigError(
-                "the embedded animated-emoji model is not trained yet (issue 16): use --model "
-                "random-video to try the video tools, emoji-video:DIR for a training/train_video.py "
-                "export, or cosmos:DIR for Cosmos-1.0-Autoregressive weights"
-            )
         return video_pipeline(device=device)
     if spec in ("default", "emoji"):
         return embedded_pipeline(device=device)
