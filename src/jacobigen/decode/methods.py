@@ -11,23 +11,29 @@ in ``scd-gs+pac`` Gumbel sharing plays that role.
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
 import re
 from dataclasses import dataclass
 
+from .. import parts as _parts
 from ..core.checks import parse_options
 from ..core.errors import ConfigError
 from ..core.registry import KINDS, PARTS, Part
-
-# parts register on import, in this order (the order error messages list them in)
-# isort: off
-from ..parts import drafters  # noqa: F401
-from . import pjd  # noqa: F401
-from ..parts import relaxed, tree, verifiers  # noqa: F401
-
-# isort: on
+from . import pjd  # noqa: F401  (registers PJD's layout part)
 from .jacobi import Parts
 
+# Parts register on import: every module of jacobigen.parts is imported, so a new part is one new
+# file there (plus its test), with no edit here.
+for _module in pkgutil.iter_modules(_parts.__path__):
+    importlib.import_module(f"{_parts.__name__}.{_module.name}")
+
 LEFT_OUT = {"drafter": "sjd", "verifier": "mrs"}  # the part of a kind a method string leaves out
+
+
+def by_kind() -> list[str]:
+    """Part names, drafters first (KINDS order), as listings show them."""
+    return [p.name for p in sorted(PARTS.values(), key=lambda p: KINDS.index(p.kind))]
 
 
 def parse(text: str) -> tuple[Part, ...]:
@@ -37,7 +43,7 @@ def parse(text: str) -> tuple[Part, ...]:
     if unknown:
         raise ConfigError(
             f"unknown method {text!r}: {', '.join(map(repr, unknown))} is neither a preset nor a "
-            f"part; presets: {', '.join(METHODS)}; parts (join with +): {', '.join(PARTS)}"
+            f"part; presets: {', '.join(METHODS)}; parts (join with +): {', '.join(by_kind())}"
         )
     if len(set(names)) < len(names):
         raise ConfigError(f"method {text!r} names a part twice")
