@@ -96,3 +96,13 @@ def test_given_latents_place_the_neighbours_and_reach_the_verifier():
     finally:
         GroupVerifier.bind = original
     assert seen and seen[0] is line
+
+
+def test_the_emoji_bundles_carry_their_vq_codebook_as_latents():
+    from jacobigen.models import load_pipeline
+
+    for spec in ("default", "emoji-video"):
+        pipe = load_pipeline(spec, device="cpu")
+        lo, hi = pipe.layout.image_ids
+        assert pipe.latents is not None and pipe.latents.shape[0] == hi - lo
+        assert not hasattr(pipe.model, "latent_codebook")
