@@ -58,7 +58,6 @@ def _decode(engine: Engine, prefixes, seeds, batch_size, on_progress):
     vocab = model.vocab_size
     sched.start(b, vocab, cache)
     engine.parts.drafter.start(b, sched.slot_count, vocab, dev)
-    engine.parts.verifier.bind(model, layout, engine.latents)
     engine.nfe, engine.forward_time = 0, 0.0
     stats = DecodeStats.start(total)
     out = torch.zeros(total, length, dtype=torch.int64, device=dev)

@@ -104,10 +104,8 @@ class Engine:
         schedule,
         targets: TargetPipeline,
         timing: bool = False,
-        latents: torch.Tensor | None = None,
     ):
         self.model, self.layout, self.parts, self.schedule = model, layout, parts, schedule
-        self.latents = latents  # token latents for relaxed verifiers
         self.device = model_device(model)
         self.last_position = model.max_seq_len - 1
         self.group = 2 if sampling.guided else 1

@@ -48,7 +48,8 @@ class JacobiDecoder:
             schedule = parts.layout2d.schedule(layout, parts.window, parts.tree, targets, device)
         else:
             schedule = Chain(layout, parts.window, parts.tree, targets, device)
-        self.engine = Engine(model, layout, sampling, parts, schedule, targets, timing, latents)
+        parts.verifier.bind(model, layout, latents)  # relaxed verifiers look up their neighbours once
+        self.engine = Engine(model, layout, sampling, parts, schedule, targets, timing)
 
     def run(self, prefixes: list[list[int]], seeds: list[int], progress: bool = False, batch_size: int | None = None):
         """prefixes: one token list per model row (cond, uncond interleaved when guided);

@@ -56,7 +56,7 @@ class Verifier:
     lossless = True
 
     def bind(self, model, layout, latents=None) -> None:
-        """Called once per decode with the model, layout and token latents (relaxed verifiers look up
+        """Called once per decoder with the model, layout and token latents (relaxed verifiers look up
         neighbours)."""
 
     def accept(self, p: torch.Tensor, q: torch.Tensor, d: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
