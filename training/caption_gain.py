@@ -6,12 +6,14 @@ never seen in training, so their gain measures reading unseen captions; the gain
 sample of) training images measures how well the captions users type from the list steer.
 
     python training/caption_gain.py
+    python training/caption_gain.py --weights checkpoints/ar_words_scratch/export   (a run's export)
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -24,13 +26,14 @@ from jacobigen.models.transformer import load_transformer
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--weights", type=Path, default=WEIGHTS, help="folder with ar.safetensors (default: shipped)")
     add_cpu_args(ap)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    model = load_transformer(WEIGHTS / "ar.safetensors")
+    model = load_transformer(args.weights / "ar.safetensors")
     captions = json.loads((DATA / "captions.json").read_text())
     keywords = json.loads((DATA / "keywords.json").read_text())
-    reader = E.captions_for(WEIGHTS)
+    reader = E.captions_for(args.weights)
     tokens = np.load(DATA / "tokens.npy")
     split = load_split()
     rng = np.random.default_rng(0)

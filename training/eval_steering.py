@@ -77,6 +77,8 @@ def main() -> None:
     ap.add_argument("--distractors", type=int, default=2000)
     ap.add_argument("--method", default="scd-mc")
     ap.add_argument("--cfg", type=float, help="guidance scale (default: the model's recommended sampling)")
+    ap.add_argument("--temperature", type=float, help="sampling temperature (default: the model's)")
+    ap.add_argument("--top-k", type=int, help="top-k (default: the model's)")
     ap.add_argument("--out", type=Path, required=True)
     add_cpu_args(ap)
     args = ap.parse_args()
@@ -99,8 +101,9 @@ def main() -> None:
     subgroups = np.array([subgroup_of[n] for n in names])
 
     pipe = load_pipeline(args.model, device="cpu")
-    if args.cfg is not None:
-        pipe.defaults["cfg"] = args.cfg
+    for key in ("cfg", "temperature", "top_k"):
+        if getattr(args, key) is not None:
+            pipe.defaults[key] = getattr(args, key)
     report = {
         "model": args.model,
         "method": args.method,
