@@ -50,3 +50,15 @@ def test_corrupt_weights_name_the_file(tmp_path):
     (tmp_path / "ar.safetensors").write_bytes(b"not a safetensors file")
     with pytest.raises(WeightsError, match="ar.safetensors"):
         embedded_pipeline(tmp_path)
+
+
+def test_every_shipped_file_matches_its_manifest():
+    """weights/manifest.json (written by training/ship.py) names each shipped model file with its
+    sha256 (the image AR model and its words, the video model)."""
+    import hashlib
+    import json
+
+    manifest = json.loads((WEIGHTS / "manifest.json").read_text())
+    assert {"ar.safetensors", "video/ar.safetensors"} <= manifest.keys()
+    for name, entry in manifest.items():
+        assert hashlib.sha256((WEIGHTS / name).read_bytes()).hexdigest() == entry["sha256"], name

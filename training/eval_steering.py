@@ -101,21 +101,19 @@ def main() -> None:
     subgroups = np.array([subgroup_of[n] for n in names])
 
     pipe = load_pipeline(args.model, device="cpu")
-    for key in ("cfg", "temperature", "top_k"):
-        if getattr(args, key) is not None:
-            pipe.defaults[key] = getattr(args, key)
+    sampling = {k: getattr(args, k) for k in ("cfg", "temperature", "top_k") if getattr(args, k) is not None}
     report = {
         "model": args.model,
         "method": args.method,
         "seeds": args.seeds,
         "gallery": len(index),
-        "sampling": pipe.defaults,
+        "sampling": {**pipe.defaults, **sampling},
         "splits": {},
     }
     for split_name, texts in prompts.items():
         generated, targets = [], []
         for seed in range(args.seeds):
-            _, pics = pipe.generate(texts, method=args.method, seed=1000 * seed)
+            _, pics = pipe.generate(texts, method=args.method, seed=1000 * seed, **sampling)
             generated += pics
             targets += texts
         feats = fid.features(generated)

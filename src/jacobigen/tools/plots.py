@@ -170,7 +170,8 @@ def plot_acceptance(grids, titles: list[str], path: Path) -> None:
     one token, AR's pace), and the tokens per iteration."""
     n = len(grids)
     aspect = max(g.shape[-1] / g.shape[-2] for g in grids)  # a clip's frames side by side are wide
-    width = min(3.2 * min(max(aspect, 1.0), 5.0), max(3.2, 24 / n))  # at most ~24 in for several clips
+    width = 3.2 * min(max(aspect, 1.0), 5.0)
+    width = min(width, max(3.2, 24 / n))  # several clips side by side stay within ~24 inches
     rows = max(width / aspect, 1.0) + 0.6  # the map's height, plus its title
     fig, axes = plt.subplots(
         3, n, figsize=(width * n, 2 * rows + 1.4), squeeze=False, gridspec_kw={"height_ratios": [rows, rows, 1.2]}
