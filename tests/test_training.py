@@ -43,6 +43,21 @@ def test_vocabulary_covers_training_words_and_mirrored_captions_only():
     assert "dog" not in words  # held out
 
 
+def test_capped_names_weigh_at_most_the_cap_and_small_names_keep_theirs():
+    # a person in 5 skin tones x 2 vendors, a 2-image name and a single image
+    tones = ["", " light skin tone", " medium skin tone", " medium-dark skin tone", " dark skin tone"]
+    captions = [f"waving hand{t}" for t in tones for _ in range(2)] + ["sun", "sun", "olive"]
+    keywords = [{"tags": [], "group": "", "subgroup": ""}] * len(captions)
+    grids = np.zeros((len(captions), 2, 2), dtype=np.int64)
+    data = train_ar.Batches(grids, grids, captions, keywords, None, range(len(captions)), 0.0, train=True)
+    assert np.array_equal(data.draw(4, np.random.default_rng(0)), np.random.default_rng(0).integers(0, 13, 4))
+    data.cap_names(4)
+    drawn = np.bincount(data.draw(40_000, np.random.default_rng(0)), minlength=len(captions)) / 40_000
+    # weights 4 : 2 : 1 (the person's 10 images share four images' worth)
+    np.testing.assert_allclose([drawn[:10].sum(), drawn[10:12].sum(), drawn[12]], [4 / 7, 2 / 7, 1 / 7], atol=0.01)
+    np.testing.assert_allclose(drawn[10], drawn[12], atol=0.01)  # small names: images drawn alike
+
+
 def test_warm_start_copies_shared_rows_and_every_other_tensor(tmp_path):
     torch.manual_seed(0)
     old = Transformer(TransformerConfig(vocab_size=E.UNK + 5, dim=32, n_layers=1, n_heads=2, max_seq_len=64))

@@ -27,6 +27,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from common import DATA, ROOT, Log, add_cpu_args, cosine_lr, load_split, save_atomic
+from fetch_data import split_group
 
 from jacobigen.models import embedded as E
 from jacobigen.models.transformer import Transformer, TransformerConfig, load_transformer, save_transformer
@@ -69,6 +70,8 @@ def build_vocabulary(captions: list[str], keywords: list[dict], indices) -> list
 class Batches:
     """Builds padded [B, T] token batches with image-only targets."""
 
+    weights: np.ndarray | None = None  # per-example draw probabilities; None: uniform
+
     def __init__(
         self,
         tokens: np.ndarray,
@@ -84,6 +87,20 @@ class Batches:
         self.reader, self.indices, self.train = reader, np.asarray(indices), train
         self.drop_caption = drop_caption
         self.flippable = np.array([train and not _NO_FLIP.search(captions[i]) for i in indices])
+
+    def draw(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        """n example positions for a training batch."""
+        if self.weights is None:
+            return rng.integers(0, len(self.indices), n)
+        return rng.choice(len(self.indices), size=n, p=self.weights)
+
+    def cap_names(self, images: int) -> None:
+        """Give no name more weight than `images` images: a name with skin tones has about 20
+        images against 4 for most, so drawing images uniformly gives half the steps to people."""
+        names = [split_group(self.captions[i]) for i in self.indices]
+        counts = Counter(names)
+        w = np.array([1.0 / max(counts[n], images) for n in names])
+        self.weights = w / w.sum()
 
     def sequence(self, k: int, rng: np.random.Generator) -> tuple[list[int], int]:
         """Sequence for the k-th example and the index of its BOI token (held out: name, no flip)."""
@@ -244,7 +261,7 @@ def fit(
     ce_sum, ce_n, recent_train = 0.0, 0, float("nan")
     while step < args.steps:
         rng = np.random.default_rng(step)
-        x, y = train.make(rng.integers(0, len(train.indices), args.batch), rng)
+        x, y = train.make(train.draw(args.batch, rng), rng)
         for g in opt.param_groups:
             g["lr"] = cosine_lr(step, args.steps, args.lr, warmup=args.warmup, floor=0.1)
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.bf16):
@@ -285,7 +302,9 @@ def fit(
 
 
 def main() -> None:
-    args = arguments(__doc__, run="ar_words").parse_args()
+    ap = arguments(__doc__, run="ar_words")
+    ap.add_argument("--cap-name", type=int, help="weigh no name above this many images (Batches.cap_names)")
+    args = ap.parse_args()
     torch.set_num_threads(args.threads)
     ckpt_dir = ROOT / "checkpoints" / args.run
     log = Log(ckpt_dir / "train.log")
@@ -297,6 +316,8 @@ def main() -> None:
     words = E.WordCaptions(build_vocabulary(captions, keywords, split["train"]))
     train = Batches(tokens, flipped, captions, keywords, words, split["train"], args.drop_caption, train=True)
     test = Batches(tokens, flipped, captions, keywords, words, split["test"], 0.0, train=False)
+    if args.cap_name:
+        train.cap_names(args.cap_name)
     cfg = TransformerConfig(
         vocab_size=words.vocab_size,
         dim=args.dim,
