@@ -20,7 +20,8 @@ from tqdm.auto import tqdm
 from jacobigen.decode.api import generate
 from jacobigen.decode.methods import parse_variant, split_variants
 from jacobigen.models import load_pipeline
-from jacobigen.tools.bench import encode, unbuildable
+from jacobigen.models.bundle import encode_one
+from jacobigen.tools.bench import unbuildable
 from jacobigen.tools.threads import choose_threads
 
 DEFAULT = (
@@ -57,9 +58,9 @@ def main(argv=None) -> str:
     for v, w in tqdm(jobs, desc="compression", unit="row"):
         nfe, siblings = [], 0
         for prompt in prompts:
-            tokens, uncond = encode(pipe, prompt)
+            model, tokens, uncond = encode_one(pipe, prompt)
             g = generate(
-                pipe.model,
+                model,
                 tokens,
                 layout=pipe.layout,
                 uncond=uncond,
