@@ -79,3 +79,30 @@ def test_retrieval_hits_and_chance():
     assert eval_steering.hits(order, labels, ["cat", "cat"]) == {1: 0.5, 10: 1.0}
     p = eval_steering.derangement(5, np.random.default_rng(0))
     assert sorted(p) == list(range(5)) and not np.any(p == np.arange(5))
+
+
+@pytest.mark.parametrize(("when", "exports"), [("always", 3), ("better", None)])
+def test_export_when_always_rewrites_the_export_at_every_measurement(tmp_path, when, exports):
+    captions = ["red heart", "sun", "cat face"]
+    keywords = [{"tags": [], "group": "", "subgroup": ""}] * 3
+    grids = np.random.default_rng(0).integers(0, 8, (3, E.GRID, E.GRID))
+    words = E.WordCaptions(train_ar.build_vocabulary(captions, keywords, [0, 1, 2]))
+    train = train_ar.Batches(grids, grids, captions, keywords, words, [0, 1], 0.0, train=True)
+    test = train_ar.Batches(grids, grids, captions, keywords, words, [2], 0.0, train=False)
+    args = train_ar.arguments("test", run="t").parse_args(
+        ["--dim", "16", "--layers", "1", "--heads", "2", "--batch", "2", "--steps", "3", "--warmup", "1"]
+        + ["--export-minutes", "0", "--ckpt-minutes", "1000", "--export-when", when, "--no-bf16"]
+    )
+    cfg = TransformerConfig(
+        vocab_size=words.vocab_size, dim=16, n_layers=1, n_heads=2, max_seq_len=E.max_seq_len(words)
+    )
+    exported, lines = [], []
+    train_ar.fit(args, tmp_path, lines.append, cfg, E.UNK, train, test, lambda m, s, h: exported.append((s, h)), "")
+    measured = [line for line in lines if "heldout_code_ce" in line]
+    assert len(measured) == 3 and (tmp_path / "last.pt").exists()
+    if exports is None:  # only improvements: the exported losses fall strictly
+        losses = [h for _, h in exported]
+        assert exported[0][0] == 1 and losses == sorted(set(losses), reverse=True)
+        assert sum("exported" in line for line in measured) == len(exported)
+    else:
+        assert [s for s, _ in exported] == [1, 2, 3]

@@ -4,8 +4,9 @@ Token layout: jacobigen.models.embedded. Captions vary per example (the emoji's 
 keywords alone, subgroup plus keywords: data/keywords.json), read as words of a vocabulary built
 from the training split. Loss covers the image part only (codes, EOL, EOI); logged losses are
 per-token cross-entropy on image *codes*, train and held-out (names as captions) side by side.
-Every --export-minutes the held-out loss is measured and, if it improved, the run's export folder
-(checkpoints/RUN/export: ar.safetensors fp16, words.json) is rewritten. Nothing is written into the
+Every --export-minutes the held-out loss is measured and, if it improved (or every time, with
+--export-when always), the run's export folder (checkpoints/RUN/export: ar.safetensors fp16,
+words.json) is rewritten. Nothing is written into the
 package: training/ship.py copies an export there.
 
 Run: python training/train_ar.py --run ar_words --init src/jacobigen/weights/ar.safetensors
@@ -209,6 +210,13 @@ def arguments(doc: str, run: str) -> argparse.ArgumentParser:
     ap.add_argument("--log-every", type=int, default=50)
     ap.add_argument("--ckpt-minutes", type=float, default=5)
     ap.add_argument("--export-minutes", type=float, default=20)
+    ap.add_argument(
+        "--export-when",
+        choices=["better", "always"],
+        default="better",
+        help="rewrite the export when the held-out loss improved (better) or at every measurement (always: "
+        "for runs chosen by another metric, such as caption retrieval)",
+    )
     ap.add_argument("--warmup", type=int, default=300)
     ap.add_argument("--run", default=run, help="checkpoints/RUN holds the log, checkpoints, export")
     ap.add_argument("--init", type=Path, help="start from this exported ar.safetensors (shape-matched)")
@@ -227,7 +235,8 @@ def fit(
     note: str,
 ) -> None:
     """Train (or resume from ckpt_dir/last.pt) to args.steps; every args.export_minutes measure the
-    held-out code CE and call export_best(model, step, loss) when it improved."""
+    held-out code CE and call export_best(model, step, loss) when it improved (or every time, with
+    --export-when always)."""
     last, last_opt = ckpt_dir / "last.pt", ckpt_dir / "last_opt.pt"
     ck = torch.load(last, map_location="cpu") if last.exists() else None
     cfg = TransformerConfig(**ck["config"]) if ck else cfg
@@ -285,13 +294,14 @@ def fit(
             t_eval = time.time()
             with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.bf16):
                 held = mean_code_ce(model, test)
-            improved = held < best
-            if improved:
-                best = held
+            improved, best = held < best, min(best, held)
+            tags = ["best"] if improved else []
+            if improved or args.export_when == "always":
                 export_best(model, step, held)
+                tags.append("exported")
             log(
                 f"step {step} train_code_ce {recent_train:.4f} heldout_code_ce {held:.4f}"
-                + (" (best, exported)" if improved else "")
+                + (f" ({', '.join(tags)})" if tags else "")
             )
             t_export = time.time()
             t_log += t_export - t_eval  # s/step reports training only
