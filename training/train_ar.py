@@ -158,8 +158,9 @@ def mean_code_ce(model: Transformer, data: Batches, bs: int = 32) -> float:
 
 
 def export(model: Transformer, ckpt_dir: Path, step: int, heldout: float, words: E.WordCaptions | None) -> None:
-    """The run's best model so far, as the package would ship it (training/ship.py copies it); the
-    vocabulary beside it when it reads word captions."""
+    """The run's best model so far (its latest, with --export-when always), as the package would ship
+    it (training/ship.py copies it); the vocabulary beside it when it reads word captions. best.json
+    records the exported step and held-out loss, which ship.py writes into the manifest."""
     out = ckpt_dir / "export"
     out.mkdir(parents=True, exist_ok=True)
     save_transformer(model, out / "ar.safetensors")
@@ -231,11 +232,11 @@ def fit(
     shared: int,
     train: Batches,
     test: Batches,
-    export_best,
+    save_export,
     note: str,
 ) -> None:
     """Train (or resume from ckpt_dir/last.pt) to args.steps; every args.export_minutes measure the
-    held-out code CE and call export_best(model, step, loss) when it improved (or every time, with
+    held-out code CE and call save_export(model, step, loss) when it improved (or every time, with
     --export-when always)."""
     last, last_opt = ckpt_dir / "last.pt", ckpt_dir / "last_opt.pt"
     ck = torch.load(last, map_location="cpu") if last.exists() else None
@@ -297,7 +298,7 @@ def fit(
             improved, best = held < best, min(best, held)
             tags = ["best"] if improved else []
             if improved or args.export_when == "always":
-                export_best(model, step, held)
+                save_export(model, step, held)
                 tags.append("exported")
             log(
                 f"step {step} train_code_ce {recent_train:.4f} heldout_code_ce {held:.4f}"
