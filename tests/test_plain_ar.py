@@ -7,7 +7,7 @@ import torch
 from jacobigen import generate
 from jacobigen.models import random_pipeline
 from jacobigen.models.bundle import encode_one
-from jacobigen.tools.plain_ar import plain_ar
+from jacobigen.tools.plain_ar import plain_ar, plain_ar_batch
 
 
 @pytest.fixture(scope="module")
@@ -50,3 +50,15 @@ def test_plain_loop_top_p_keeps_the_most_likely_ids(pipe):
     varied = plain_ar(pipe.model, pipe.layout, prompt, top_p=0.9, seed=3)
     forced = pipe.layout.forced()
     assert varied[forced < 0].unique().numel() > 1
+
+
+@pytest.mark.parametrize("cfg", [1.0, 3.0])
+def test_batched_plain_loop_matches_ar_per_prompt_when_greedy(pipe, cfg):
+    """Rows of different prompt lengths share one left-padded batch; each must still decode alone."""
+    texts = ["red heart", "a longer prompt than the other one"]
+    encoded = [encode_one(pipe, t) for t in texts]
+    batch = plain_ar_batch(pipe.model, pipe.layout, [e[1] for e in encoded], [e[2] for e in encoded], cfg=cfg, top_k=1)
+    assert batch.shape == (2, pipe.layout.length)
+    for row, (model, prompt, uncond) in zip(batch, encoded, strict=True):
+        ar = generate(model, prompt, layout=pipe.layout, uncond=uncond, cfg=cfg, method="ar", top_k=1).tokens[0]
+        assert torch.equal(row, ar)

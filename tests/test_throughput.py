@@ -32,14 +32,36 @@ def test_throughput_cli_writes_outputs(tmp_path):
     assert data["model_spec"] == "random" and data["weights"] == "random:seed=0" and "git_commit" in data
     assert {"threads", "torch", "device", "loadavg_before", "loadavg_after"} <= set(data)
     got = {(r["method"], r["batch_size"]): r for r in rows}
-    assert set(got) == {("ar", 1), ("ar", 2), ("sjd", 1), ("sjd", 2)}
-    assert got["ar", 1]["forward_passes"] == 2 * 272 and got["ar", 2]["forward_passes"] == 272
+    assert set(got) == {(m, b) for m in ("ar", "sjd", "plain-ar") for b in (1, 2)}
+    for m in ("ar", "plain-ar"):
+        assert got[m, 1]["forward_passes"] == 2 * 272 and got[m, 2]["forward_passes"] == 272
+    assert got["plain-ar", 2]["step_compression"] == 1.0 and got["plain-ar", 2]["lossless"]
     assert got["ar", 1]["step_compression"] == 1.0 and got["sjd", 2]["step_compression"] > 1
     assert all(r["images_per_second"] > 0 for r in rows)
     assert (tmp_path / "throughput.png").stat().st_size > 1000
-    assert "| sjd | 2 |" in (tmp_path / "throughput.md").read_text()
+    table = (tmp_path / "throughput.md").read_text()
+    assert "| sjd | 2 |" in table and "| plain-ar | 2 |" in table and "vs baseline" in table
 
 
 def test_throughput_rejects_bad_batch(tmp_path):
     res = CliRunner().invoke(main, ["throughput", "--model", "random", "--batch", "0", "--out", str(tmp_path)])
     assert res.exit_code != 0 and "batch sizes must be >= 1" in res.output
+
+
+def test_throughput_table_compares_with_the_faster_baseline_per_batch():
+    from jacobigen.tools.throughput import markdown
+
+    def row(m, b, ips):
+        return {
+            "method": m,
+            "batch_size": b,
+            "images_per_second": ips,
+            "tokens_per_second": 1.0,
+            "forward_passes": 1,
+            "step_compression": 1.0,
+            "overhead_share": None,
+        }
+
+    rows = [row("ar", 4, 1.0), row("plain-ar", 4, 2.0), row("sjd", 4, 3.0), row("sjd", 8, 3.0)]
+    lines = markdown(rows).splitlines()[2:]
+    assert [ln.split(" | ")[3] for ln in lines] == ["0.50x", "1.00x", "1.50x", "-"]

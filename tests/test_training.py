@@ -1,7 +1,10 @@
 """The training side of the embedded model: caption variants, the word vocabulary, warm starts,
 and the steering metric's arithmetic (the scripts themselves run for hours; these parts do not)."""
 
+import io
+import json
 import sys
+import tarfile
 from pathlib import Path
 
 import numpy as np
@@ -11,6 +14,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "training"))
 train_ar = pytest.importorskip("train_ar")
 eval_steering = pytest.importorskip("eval_steering")
+fetch_data = pytest.importorskip("fetch_data")
 
 from jacobigen.models import embedded as E  # noqa: E402
 from jacobigen.models.transformer import Transformer, TransformerConfig, save_transformer  # noqa: E402
@@ -43,6 +47,17 @@ def test_vocabulary_covers_training_words_and_mirrored_captions_only():
     assert "dog" not in words  # held out
 
 
+def test_a_continued_run_keeps_its_exports_word_ids(tmp_path):
+    captions = ["cat face", "cat face", "sun", "red apple"]
+    keywords = [{"tags": [], "group": "", "subgroup": ""}] * 4
+    base = train_ar.build_vocabulary(captions, keywords, [2, 3])  # sun, red, apple
+    (tmp_path / "words.json").write_text(json.dumps({"words": base}))
+    first = train_ar.initial_words(tmp_path / "ar.safetensors")
+    grown = train_ar.build_vocabulary(captions, keywords, [0, 1, 2, 3], first)  # cat, face now most common
+    assert first == base and grown[: len(base)] == base and set(grown[len(base) :]) == {"cat", "face"}
+    assert train_ar.initial_words(None) == []
+
+
 def test_capped_names_weigh_at_most_the_cap_and_small_names_keep_theirs():
     # a person in 5 skin tones x 2 vendors, a 2-image name and a single image
     tones = ["", " light skin tone", " medium skin tone", " medium-dark skin tone", " dark skin tone"]
@@ -71,6 +86,22 @@ def test_warm_start_copies_shared_rows_and_every_other_tensor(tmp_path):
         else:
             assert torch.equal(tensor[: E.UNK], old_state[name][: E.UNK]), name
             assert tensor[E.UNK :].std() > 0, name
+
+
+def test_an_iconify_set_without_codepoints_keeps_icons_named_like_a_cldr_emoji(tmp_path):
+    icons = {"icons": {"red-apple": {"body": "<g/>"}, "a-logo": {"body": "<g/>"}}, "width": 32, "height": 32}
+    icons["aliases"] = {"apple-facing-right": {"parent": "red-apple", "hFlip": True}}
+    icons["icons"]["waving-hand-medium-dark-skin-tone"] = {"body": "<g/>"}
+    path = tmp_path / "set.tgz"
+    with tarfile.open(path, "w:gz") as tar:
+        for name, data in {"icons.json": icons, "chars.json": {}}.items():
+            raw = json.dumps(data).encode()
+            info = tarfile.TarInfo(f"package/{name}")
+            info.size = len(raw)
+            tar.addfile(info, io.BytesIO(raw))
+    cldr = {"1F34E": "red apple", "1F44B-1F3FE": "waving hand medium-dark skin tone", "X": "apple facing right"}
+    captions = [c for c, _ in fetch_data.iconify_items(fetch_data.Tarball(path), cldr)]
+    assert captions == ["red apple", "waving hand medium-dark skin tone", "apple facing right"]
 
 
 def test_retrieval_hits_and_chance():

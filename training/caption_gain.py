@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from common import DATA, WEIGHTS, add_cpu_args, load_split
+from common import DATA, WEIGHTS, add_cpu_args, add_sources_arg, load_split
 from train_ar import Batches, mean_code_ce
 
 from jacobigen.models import embedded as E
@@ -28,6 +28,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--weights", type=Path, default=WEIGHTS, help="folder with ar.safetensors (default: shipped)")
     add_cpu_args(ap)
+    add_sources_arg(ap)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     model = load_transformer(args.weights / "ar.safetensors")
@@ -35,7 +36,7 @@ def main() -> None:
     keywords = json.loads((DATA / "keywords.json").read_text())
     reader = E.captions_for(args.weights)
     tokens = np.load(DATA / "tokens.npy")
-    split = load_split()
+    split = load_split(args.sources)
     rng = np.random.default_rng(0)
     subsets = {
         "held-out": split["test"],

@@ -32,8 +32,22 @@ def add_cpu_args(ap) -> None:
     )
 
 
-def load_split() -> dict[str, list[int]]:
-    return json.loads((DATA / "split.json").read_text())
+def add_sources_arg(ap) -> None:
+    ap.add_argument(
+        "--sources",
+        nargs="+",
+        help="only these art sets' images (data/sources.json; default: all), e.g. "
+        "noto twemoji openmoji fluent for figures comparable with the data before 2026-12-02",
+    )
+
+
+def load_split(sources: list[str] | None = None) -> dict[str, list[int]]:
+    """train/test indices, restricted to the images of `sources` when given."""
+    split = json.loads((DATA / "split.json").read_text())
+    if sources:
+        of = json.loads((DATA / "sources.json").read_text())
+        split = {part: [i for i in split[part] if of[i] in sources] for part in ("train", "test")}
+    return split
 
 
 def load_images() -> np.ndarray:

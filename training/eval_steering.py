@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from common import DATA, add_cpu_args, load_images, load_split
+from common import DATA, add_cpu_args, add_sources_arg, load_images, load_split
 from fetch_data import split_group
 from PIL import Image
 
@@ -80,13 +80,14 @@ def main() -> None:
     ap.add_argument("--temperature", type=float, help="sampling temperature (default: the model's)")
     ap.add_argument("--top-k", type=int, help="top-k (default: the model's)")
     ap.add_argument("--out", type=Path, required=True)
+    add_sources_arg(ap)
     add_cpu_args(ap)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     warnings.simplefilter("ignore", PromptWarning)  # held-out names hold words no model saw: expected
     t0 = time.time()
 
-    images, split = load_images(), load_split()
+    images, split = load_images(), load_split(args.sources)
     captions = json.loads((DATA / "captions.json").read_text())
     keywords = json.loads((DATA / "keywords.json").read_text())
     rng = np.random.default_rng(0)
@@ -107,6 +108,7 @@ def main() -> None:
         "method": args.method,
         "seeds": args.seeds,
         "gallery": len(index),
+        "sources": args.sources or "all",
         "sampling": {**pipe.defaults, **sampling},
         "splits": {},
     }

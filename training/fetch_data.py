@@ -66,6 +66,27 @@ SOURCES = {
         "url": "https://github.com/microsoft/fluentui-emoji",
         "attribution": "Fluent Emoji by Microsoft Corporation, MIT License.",
     },
+    "noto-v1": {
+        "npm": "@iconify-json/noto-v1@1.2.5",
+        "artwork": "Noto Emoji v1 (the earlier design), Google",
+        "licence": "Apache-2.0",
+        "url": "https://github.com/googlefonts/noto-emoji",
+        "attribution": "Noto Emoji (v1) by Google Inc, Apache License 2.0 (via Iconify).",
+    },
+    "emojione": {
+        "npm": "@iconify-json/emojione@1.2.3",
+        "artwork": "Emoji One 2.3 (coloured)",
+        "licence": "CC-BY-4.0",
+        "url": "https://github.com/EmojiTwo/emojitwo",
+        "attribution": "Emoji One artwork (2.3), CC BY 4.0 (via Iconify).",
+    },
+    "emojione-v1": {
+        "npm": "@iconify-json/emojione-v1@1.2.3",
+        "artwork": "Emoji One 1.5",
+        "licence": "CC-BY-SA-4.0",
+        "url": "https://github.com/joypixels/emojione-legacy",
+        "attribution": "Emoji One artwork (1.5), CC BY-SA 4.0 (via Iconify).",
+    },
 }
 
 KEYWORDS = {
@@ -189,9 +210,18 @@ def strip_guides(svg: bytes) -> bytes:
     return ET.tostring(root)
 
 
-def fluent_items(tb: Tarball, cldr: dict[str, str]):
+def name_key(text: str) -> str:
+    """Caption as bare words, to match iconify's kebab-case names ("a-button-blood-type")."""
+    return " ".join(re.findall(r"[a-z0-9]+", text.lower()))
+
+
+def iconify_items(tb: Tarball, cldr: dict[str, str]):
+    """An iconify emoji set: codepoints from chars.json where the set has it, else its icon names
+    matched to CLDR names (icons whose name is not an emoji's CLDR name are skipped)."""
     data = tb.json("icons.json")
-    codepoints = {name: hex_key(chars) for chars, name in tb.json("chars.json").items()}
+    chars = tb.json("chars.json") if tb.has("chars.json") else {}
+    codepoints = {name: hex_key(c) for c, name in chars.items()} or None
+    by_name = {name_key(c): c for c in cldr.values()}
     w, h = data.get("width", 16), data.get("height", 16)
 
     def svg(icon: dict, flip: bool) -> bytes:
@@ -204,7 +234,9 @@ def fluent_items(tb: Tarball, cldr: dict[str, str]):
             f'{icon.get("top", 0)} {iw} {ih}">{body}</svg>'
         ).encode()
 
-    def caption(key: str) -> str:
+    def caption(key: str) -> str | None:
+        if codepoints is None:
+            return by_name.get(name_key(key))
         if codepoints.get(key) in cldr:
             return cldr[codepoints[key]]
         for tone in sorted(SKIN_TONES.values(), key=len, reverse=True):
@@ -213,11 +245,15 @@ def fluent_items(tb: Tarball, cldr: dict[str, str]):
                 return clean_caption(key[: -len(suffix)].replace("-", " ") + " " + tone)
         return clean_caption(key.replace("-", " "))
 
-    for key, icon in data["icons"].items():
-        yield caption(key), lambda i=icon: render_svg(svg(i, False))
-    for key, alias in data.get("aliases", {}).items():
-        if alias.get("hFlip") and alias["parent"] in data["icons"]:
-            yield caption(key), lambda i=data["icons"][alias["parent"]]: render_svg(svg(i, True))
+    icons = [(key, icon, False) for key, icon in data["icons"].items()]
+    icons += [
+        (key, data["icons"][a["parent"]], True)
+        for key, a in data.get("aliases", {}).items()
+        if a.get("hFlip") and a["parent"] in data["icons"]
+    ]
+    for key, icon, flip in icons:
+        if (c := caption(key)) is not None:
+            yield c, lambda i=icon, f=flip: render_svg(svg(i, f))
 
 
 def split_group(caption: str) -> str:
@@ -267,7 +303,10 @@ def main() -> None:
         "noto": lambda tb, c: datasource_items(tb, "google", c),
         "twemoji": lambda tb, c: datasource_items(tb, "twitter", c),
         "openmoji": openmoji_items,
-        "fluent": fluent_items,
+        "fluent": iconify_items,
+        "noto-v1": iconify_items,
+        "emojione": iconify_items,
+        "emojione-v1": iconify_items,
     }
 
     images, captions, sources = [], [], []

@@ -5,7 +5,7 @@ shuffled order, so the first N mix names and art styles, tiled into
 ``weights/heldout.png`` (64 x 64 tiles, 16 per row) with their captions and sources in
 ``weights/heldout.json``. Run after ``training/fetch_data.py``:
 
-    python training/make_heldout_reference.py
+    python training/make_heldout_reference.py --sources noto twemoji openmoji fluent   (the shipped one)
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import argparse
 import json
 
 import numpy as np
-from common import DATA, WEIGHTS, load_images, load_split
+from common import DATA, WEIGHTS, add_sources_arg, load_images, load_split
 from PIL import Image
 
 COLUMNS = 16
@@ -23,12 +23,13 @@ COLUMNS = 16
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seed", type=int, default=0, help="seed of the shuffled order")
+    add_sources_arg(ap)
     args = ap.parse_args()
 
     images = load_images()
     captions = json.loads((DATA / "captions.json").read_text())
     sources = json.loads((DATA / "sources.json").read_text())
-    order = [int(i) for i in np.random.default_rng(args.seed).permutation(load_split()["test"])]
+    order = [int(i) for i in np.random.default_rng(args.seed).permutation(load_split(args.sources)["test"])]
     tile = images.shape[1]
     rows = -(-len(order) // COLUMNS)
     sheet = np.full((rows * tile, COLUMNS * tile, 3), 255, np.uint8)

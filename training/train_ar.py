@@ -58,14 +58,23 @@ def caption_variant(name: str, keywords: dict, rng: np.random.Generator) -> str:
     return f"{keywords['subgroup']} {pick}"
 
 
-def build_vocabulary(captions: list[str], keywords: list[dict], indices) -> list[str]:
-    """Every word the training split's captions can use (names, keywords, groups), most common first."""
+def build_vocabulary(captions: list[str], keywords: list[dict], indices, first: list[str] = ()) -> list[str]:
+    """Every word the training split's captions can use (names, keywords, groups), most common first,
+    after the words of `first` in their order (a model continued from an export keeps its word ids
+    when the data changes)."""
     counts = Counter()
     for i in indices:
         kw = keywords[i]
         for text in (captions[i], mirror_caption(captions[i]), *kw["tags"], kw["subgroup"], kw["group"]):
             counts.update(E.caption_words(text))
-    return [w for w, _ in counts.most_common()]
+    known = set(first)
+    return [*first, *(w for w, _ in counts.most_common() if w not in known)]
+
+
+def initial_words(init: Path | None) -> list[str]:
+    """The vocabulary saved beside an exported model (none for a fresh run)."""
+    path = init.parent / "words.json" if init else None
+    return json.loads(path.read_text())["words"] if path and path.exists() else []
 
 
 class Batches:
@@ -324,7 +333,8 @@ def main() -> None:
     captions = json.loads((DATA / "captions.json").read_text())
     keywords = json.loads((DATA / "keywords.json").read_text())
     tokens, flipped = np.load(DATA / "tokens.npy"), np.load(DATA / "tokens_flip.npy")
-    words = E.WordCaptions(build_vocabulary(captions, keywords, split["train"]))
+    first = initial_words(args.init)
+    words = E.WordCaptions(build_vocabulary(captions, keywords, split["train"], first))
     train = Batches(tokens, flipped, captions, keywords, words, split["train"], args.drop_caption, train=True)
     test = Batches(tokens, flipped, captions, keywords, words, split["test"], 0.0, train=False)
     if args.cap_name:
@@ -341,7 +351,7 @@ def main() -> None:
         ckpt_dir,
         log,
         cfg,
-        E.UNK,
+        E.WORD_OFFSET + len(first) if first else E.UNK,
         train,
         test,
         lambda model, step, held: export(model, ckpt_dir, step, held, words),

@@ -818,7 +818,7 @@ def bench(
     default="ar,sjd-pac",
     show_default=True,
     callback=_csv(str),
-    help="Comma-separated presets.",
+    help="Comma-separated presets (the batched plain loop plain-ar always runs).",
 )
 @click.option(
     "--batch",

@@ -125,6 +125,14 @@ class Run:
     acceptance: list | None = None  # iteration that committed each token [rows][frames * cols]
 
 
+def plain_options(pipe: ModelBundle, sampling: dict) -> dict:
+    """The sampling options the plain loop takes (the model's defaults under ``sampling``)."""
+    opts = {k: v for k, v in {**pipe.defaults, **sampling}.items() if v is not None}
+    if set(opts) - {"cfg", "temperature", "top_k", "top_p"}:
+        raise ConfigError(f"the {PLAIN} baseline takes cfg, temperature, top_k and top_p only, got {sorted(opts)}")
+    return opts
+
+
 def decode_one(pipe: ModelBundle, method: str, window: int, prompt: str, seed: int, **sampling) -> Run:
     """Generate one image's tokens with ``method`` (a preset or ``NAME[key=value,...]``, or the plain
     loop), timed on the wall clock and the process CPU clock with the device synchronised at both ends.
@@ -132,13 +140,9 @@ def decode_one(pipe: ModelBundle, method: str, window: int, prompt: str, seed: i
     The plain loop's forward passes are counted, not measured: one prefill (which gives the first
     token) and one per further token, ``layout.length`` in all, the same count as ``ar``'s, so its
     step compression is 1; every iteration commits one token."""
-    opts = {**pipe.defaults, **sampling}
+    opts = plain_options(pipe, sampling) if method == PLAIN else {**pipe.defaults, **sampling}
     model, tokens, uncond = encode_one(pipe, prompt)
     device = model_device(model)
-    if method == PLAIN:
-        opts = {k: v for k, v in opts.items() if v is not None}
-        if set(opts) - {"cfg", "temperature", "top_k", "top_p"}:
-            raise ConfigError(f"the {PLAIN} baseline takes cfg, temperature, top_k and top_p only, got {sorted(opts)}")
     sync(device)
     wall, cpu = time.perf_counter(), time.process_time()
     if method == PLAIN:
