@@ -72,9 +72,9 @@ def build_vocabulary(captions: list[str], keywords: list[dict], indices, first: 
 
 
 def initial_words(init: Path | None) -> list[str]:
-    """The vocabulary saved beside an exported model (none for a fresh run)."""
-    path = init.parent / "words.json" if init else None
-    return json.loads(path.read_text())["words"] if path and path.exists() else []
+    """The vocabulary of an exported model's caption reader (none for a fresh run or byte captions)."""
+    reader = E.captions_for(init.parent) if init else None
+    return reader.words if isinstance(reader, E.WordCaptions) else []
 
 
 class Batches:

@@ -44,13 +44,14 @@ def run_throughput(
     prompts = (pipe.example_prompts * n_images)[:n_images]
     seeds = image_seeds(0, n_images)
     methods = [m for m in methods if m != PLAIN]
+    names = [*methods, PLAIN]
     plain = PlainLoop(pipe, prompts, plain_options(pipe, sampling))
     for m in methods:  # warm-up: one-time costs (kernels, neighbour tables)
         get_method(m)
         pipe.generate(prompts[0], method=m, window=window, seed=0, **sampling)
     plain(1, limit=1)
     best: dict = {}
-    jobs = [(m, b) for _ in range(repeats) for b in batch_sizes for m in [*methods, PLAIN]]
+    jobs = [(m, b) for _ in range(repeats) for b in batch_sizes for m in names]
     for m, b in tqdm(jobs, disable=not progress, desc="throughput", unit="run"):
         if m == PLAIN:
             row = plain(b)
@@ -75,7 +76,7 @@ def run_throughput(
                 **row,
             }
     info["loadavg_after"] = loadavg()
-    return [best[m, b] for m in [*methods, PLAIN] for b in batch_sizes], info
+    return [best[m, b] for m in names for b in batch_sizes], info
 
 
 class PlainLoop:
