@@ -62,7 +62,7 @@ def test_mismatched_or_missing_video_weights_are_weights_errors(tmp_path):
 def test_clip_batches_target_the_clip_and_frame_ce_covers_every_frame(tmp_path):
     tokens = np.random.default_rng(0).integers(0, 1024, size=(3, 2, 16, 16))
     data = train_video.ClipBatches(tokens, ["red heart bouncing", "sun", "cat"], E.ByteCaptions(), [0, 1, 2], 0.0)
-    x, y = data.make([0, 1], np.random.default_rng(0))
+    x, y, _ = data.make([0, 1], np.random.default_rng(0))
     first = (y[1] != -100).nonzero()[0].item()
     assert x[1, first] == E.BOI and y[1, first] == tokens[1, 0, 0, 0]
     assert (y[1] == 1285).sum() == 2 and (y[1] == E.EOI).sum() == 1

@@ -15,6 +15,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "training"))
 train_ar = pytest.importorskip("train_ar")
 eval_steering = pytest.importorskip("eval_steering")
 fetch_data = pytest.importorskip("fetch_data")
+completion = pytest.importorskip("completion")
 
 from jacobigen.models import embedded as E  # noqa: E402
 from jacobigen.models.transformer import Transformer, TransformerConfig, save_transformer  # noqa: E402
@@ -71,6 +72,58 @@ def test_capped_names_weigh_at_most_the_cap_and_small_names_keep_theirs():
     # weights 4 : 2 : 1 (the person's 10 images share four images' worth)
     np.testing.assert_allclose([drawn[:10].sum(), drawn[10:12].sum(), drawn[12]], [4 / 7, 2 / 7, 1 / 7], atol=0.01)
     np.testing.assert_allclose(drawn[10], drawn[12], atol=0.01)  # small names: images drawn alike
+
+
+def test_drawing_rows_find_the_first_inked_row_of_the_code_grid():
+    images = np.full((3, 64, 64, 3), 255, dtype=np.uint8)
+    images[1, 9, 30] = (200, 255, 255)  # one faint pixel in code row 2 (pixels 8-11)
+    images[2, 60:, :] = 0  # ink in the last code row only
+    assert train_ar.drawing_rows(images).tolist() == [0, 2, 15]  # a blank image starts at row 0
+
+
+def test_start_weighting_weighs_the_first_drawn_rows_and_nothing_outside_the_image():
+    captions = ["sun", "red apple"]
+    keywords = [{"tags": [], "group": "", "subgroup": ""}] * 2
+    grids = np.arange(2 * E.GRID * E.GRID).reshape(2, E.GRID, E.GRID) % E.CODEBOOK_SIZE
+    reader = E.WordCaptions(["sun", "red", "apple"])
+    data = train_ar.Batches(grids, grids, captions, keywords, reader, [0, 1], 0.0, train=False)
+    _, y, plain = data.make([0, 1], np.random.default_rng(0))
+    assert torch.equal(plain, (y != train_ar.IGNORE).float())
+    data.weigh_start(np.array([0, 5]), weight=4.0, rows=2)
+    _, y2, w = data.make([0, 1], np.random.default_rng(0))
+    assert torch.equal(y, y2)
+    row = E.GRID + 1
+    for r, first in enumerate([0, 5]):
+        start = int((y[r] != train_ar.IGNORE).nonzero()[0])  # the first code, right after BOI
+        heavy = torch.zeros_like(w[r], dtype=torch.bool)
+        heavy[start + first * row : start + (first + 2) * row] = True
+        assert torch.all(w[r][heavy] == 4.0) and int(heavy.sum()) == 2 * row
+        assert torch.equal(w[r][~heavy], plain[r][~heavy])
+    # the loss is the weighted mean; the reported code CE is not weighted
+    logits = torch.randn(*y.shape, 40)
+    y_small = torch.where(y == train_ar.IGNORE, y, y % 40)
+    loss, ce_sum, n = train_ar.code_loss(logits, y_small, w)
+    ce = torch.nn.functional.cross_entropy(logits.flatten(0, 1), y_small.flatten(), ignore_index=-100, reduction="none")
+    assert torch.allclose(loss, (ce * w.flatten()).sum() / w.sum())
+    assert n == int(((y_small >= 0) & (y_small < E.CODEBOOK_SIZE)).sum())
+
+
+def test_completion_keeps_the_given_rows_and_samples_the_rest_as_generate_does():
+    from jacobigen.models.load import embedded_pipeline
+
+    pipe = embedded_pipeline()
+    grid = np.random.default_rng(0).integers(0, E.CODEBOOK_SIZE, (E.GRID, E.GRID))
+    out = completion.complete(pipe, "sun", grid, rows=13, seed=3, temperature=0.5, top_k=50)
+    assert out.shape == (E.GRID, E.GRID) and torch.equal(out[:13], torch.as_tensor(grid[:13]))
+    again = completion.complete(pipe, "sun", grid, rows=13, seed=3, temperature=0.5, top_k=50)
+    assert torch.equal(out, again)  # seeded
+    # greedy: the completion is the model's argmax continuation of caption + given rows
+    greedy = completion.complete(pipe, "sun", grid, rows=15, seed=0, top_k=1, cfg=1.0)
+    model, cond, _ = completion.encode_one(pipe, "sun")
+    seq = torch.tensor([cond + E.frame_tokens(grid[:15])])
+    with torch.no_grad():
+        first = int(model(seq)[0, -1, : E.CODEBOOK_SIZE].argmax())
+    assert int(greedy[15, 0]) == first
 
 
 def test_warm_start_copies_shared_rows_and_every_other_tensor(tmp_path):

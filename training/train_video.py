@@ -45,7 +45,7 @@ def frame_ce(model, data: ClipBatches, frames: int, bs: int = 8) -> list[float]:
     rng = np.random.default_rng(0)
     total, count = np.zeros(frames), np.zeros(frames)
     for s in range(0, len(data.indices), bs):
-        x, y = data.make(range(s, min(s + bs, len(data.indices))), rng)
+        x, y, _ = data.make(range(s, min(s + bs, len(data.indices))), rng)
         ce = torch.nn.functional.cross_entropy(
             model(x).flatten(0, 1).float(), y.flatten(), ignore_index=IGNORE, reduction="none"
         ).view_as(y)
