@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -24,7 +25,6 @@ from common import DATA, WEIGHTS, add_cpu_args, add_sources_arg, load_split
 from PIL import Image
 
 from jacobigen import generate
-from jacobigen.core.layout import ImageLayout
 from jacobigen.models import embedded as E
 from jacobigen.models.bundle import encode_one
 from jacobigen.models.load import embedded_pipeline
@@ -33,7 +33,7 @@ from jacobigen.models.load import embedded_pipeline
 def complete(pipe, caption: str, grid: np.ndarray, rows: int, seed: int, **sampling) -> torch.Tensor:
     """A [16, 16] grid: the first `rows` rows of `grid`, the rest sampled given them and the caption."""
     given = E.frame_tokens(grid[:rows])
-    layout = ImageLayout(E.GRID - rows, E.GRID, (0, E.CODEBOOK_SIZE), eol_id=E.EOL, end_id=E.EOI)
+    layout = replace(pipe.layout, rows=pipe.layout.rows - rows)
     model, cond, uncond = encode_one(pipe, caption)
     gen = generate(
         model,
@@ -65,8 +65,8 @@ def main() -> None:
     captions = json.loads((DATA / "captions.json").read_text())
     tokens = np.load(DATA / "tokens.npy")
     split = load_split(args.sources)
-    images = sorted(i for i in split["train"] + split["test"] if captions[i] in args.names)
-    images.sort(key=lambda i: args.names.index(captions[i]))
+    chosen = (i for i in split["train"] + split["test"] if captions[i] in args.names)
+    images = sorted(chosen, key=lambda i: (args.names.index(captions[i]), i))
     sampling = {"cfg": args.cfg, "temperature": args.temperature, "top_k": args.top_k}
     grids = []
     for i in images:

@@ -124,7 +124,7 @@ class Batches:
 
     def weigh_start(self, first_rows: np.ndarray, weight: float, rows: int) -> None:
         """Weigh the targets of each image's first `rows` drawn rows `weight` times in the loss:
-        a handful of tokens that the plain loss barely sees, yet they fix the shape of the sample."""
+        the plain loss weighs them like any other row, yet they fix the shape of the sample."""
         self.first_rows, self.start_weight, self.start_rows = first_rows, weight, rows
 
     def sequence(self, k: int, rng: np.random.Generator) -> tuple[list[int], int]:
