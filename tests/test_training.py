@@ -141,6 +141,63 @@ def test_warm_start_copies_shared_rows_and_every_other_tensor(tmp_path):
             assert tensor[E.UNK :].std() > 0, name
 
 
+def test_contrast_pairs_each_image_with_the_next_caption():
+    captions = ["red heart", "sun", "cat face", "sun"]
+    keywords = [{"tags": [], "group": "", "subgroup": ""}] * 4
+    grids = np.arange(4)[:, None, None].repeat(E.GRID, 1).repeat(E.GRID, 2)
+    words = E.WordCaptions(train_ar.build_vocabulary(captions, keywords, range(4)))
+    data = train_ar.Batches(grids, grids, captions, keywords, words, range(4), 0.0, train=False)
+    x, y, mismatched = data.make_contrast([0, 1, 2, 3], np.random.default_rng(0))
+    assert mismatched.tolist() == [True, True, True, True]
+    for r in range(4):  # same image targets, caption of the next example (rolled)
+        pos, neg = y[r][y[r] != train_ar.IGNORE], y[4 + r][y[4 + r] != train_ar.IGNORE]
+        assert torch.equal(pos, neg) and int(pos[0]) == r
+        assert x[4 + r, 1] == words.tokens(captions[(r + 1) % 4])[1]
+    _, _, same = data.make_contrast([1, 3], np.random.default_rng(0))  # "sun" twice: not a negative
+    assert same.tolist() == [False, False]
+
+
+def test_cca_loss_rewards_own_captions_and_punishes_others():
+    ref = torch.zeros(4)
+    mismatched = torch.tensor([True, False])
+    base = train_ar.cca_loss(torch.zeros(4), ref, mismatched, beta=0.02, lam=10.0)
+    # raising a positive's likelihood, or lowering a real negative's, lowers the loss
+    assert train_ar.cca_loss(torch.tensor([5.0, 0, 0, 0]), ref, mismatched, 0.02, 10.0) < base
+    assert train_ar.cca_loss(torch.tensor([0, 0, -5.0, 0]), ref, mismatched, 0.02, 10.0) < base
+    # a negative that is not a mismatch (same caption or dropped) is rewarded like a positive
+    assert train_ar.cca_loss(torch.tensor([0, 0, 0, 5.0]), ref, mismatched, 0.02, 10.0) < base
+    logp = torch.zeros(4, requires_grad=True)
+    train_ar.cca_loss(logp, ref, mismatched, 0.02, 10.0).backward()
+    assert logp.grad[2] > 0 > logp.grad[0]  # descent lowers the negative, raises the positive
+    assert abs(float(logp.grad[2])) > abs(float(logp.grad[0]))  # the negative weighs lam times more
+
+
+def test_cca_fine_tuning_moves_the_model_from_its_frozen_reference(tmp_path):
+    captions = ["red heart", "sun", "cat face", "red apple"]
+    keywords = [{"tags": [], "group": "", "subgroup": ""}] * 4
+    grids = np.random.default_rng(0).integers(0, 8, (4, E.GRID, E.GRID))
+    words = E.WordCaptions(train_ar.build_vocabulary(captions, keywords, range(4)))
+    train = train_ar.Batches(grids, grids, captions, keywords, words, [0, 1, 2], 0.0, train=True)
+    test = train_ar.Batches(grids, grids, captions, keywords, words, [3], 0.0, train=False)
+    cfg = TransformerConfig(
+        vocab_size=words.vocab_size, dim=16, n_layers=1, n_heads=2, max_seq_len=E.max_seq_len(words)
+    )
+    torch.manual_seed(0)
+    save_transformer(Transformer(cfg), tmp_path / "init.safetensors", dtype=torch.float32)
+    options = ["--dim", "16", "--layers", "1", "--heads", "2", "--batch", "3", "--steps", "2", "--warmup", "1"]
+    options += ["--log-every", "1", "--export-minutes", "0", "--no-bf16", "--cca-lambda", "1", "--lr", "1e-2"]
+    args = train_ar.arguments("test", run="t").parse_args([*options, "--init", str(tmp_path / "init.safetensors")])
+    exported, lines = [], []
+    train_ar.fit(args, tmp_path, lines.append, cfg, E.UNK, train, test, lambda m, s, h: exported.append(m), "")
+    logged = [float(line.split(" loss ")[1].split()[0]) for line in lines if " loss " in line]
+    assert len(logged) == 2 and abs(logged[0] - 2 * np.log(2)) < 0.05  # starts at the reference: gap 0
+    init = train_ar.initial_model(cfg, tmp_path / "init.safetensors", E.UNK).state_dict()
+    assert any(not torch.equal(v, init[k]) for k, v in exported[-1].state_dict().items())
+    args.init = None
+    with pytest.raises(SystemExit, match="needs --init"):
+        train_ar.fit(args, tmp_path / "other", lines.append, cfg, E.UNK, train, test, lambda *a: None, "")
+
+
 def test_an_iconify_set_without_codepoints_keeps_icons_named_like_a_cldr_emoji(tmp_path):
     icons = {"icons": {"red-apple": {"body": "<g/>"}, "a-logo": {"body": "<g/>"}}, "width": 32, "height": 32}
     icons["aliases"] = {"apple-facing-right": {"parent": "red-apple", "hFlip": True}}

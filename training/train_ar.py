@@ -127,28 +127,29 @@ class Batches:
         the plain loss weighs them like any other row, yet they fix the shape of the sample."""
         self.first_rows, self.start_weight, self.start_rows = first_rows, weight, rows
 
-    def sequence(self, k: int, rng: np.random.Generator) -> tuple[list[int], int]:
-        """Sequence for the k-th example and the index of its BOI token (held out: name, no flip)."""
+    def example(self, k: int, rng: np.random.Generator) -> tuple[str | None, np.ndarray]:
+        """The k-th example's caption (None when dropped) and code grid (held out: name, no flip)."""
         i = self.indices[k]
         caption, grid = self.captions[i], self.tokens[i]
         if self.train:
             caption = caption_variant(caption, self.keywords[i], rng)
         if self.flippable[k] and rng.random() < 0.5:
             caption, grid = mirror_caption(caption), self.flipped[i]
-        prefix = E.unconditional_tokens() if rng.random() < self.drop_caption else self.reader.tokens(caption)
+        return (None if rng.random() < self.drop_caption else caption), grid
+
+    def tokens_of(self, caption: str | None, grid: np.ndarray) -> tuple[list[int], int]:
+        """A sequence and the index of its BOI token."""
+        prefix = E.unconditional_tokens() if caption is None else self.reader.tokens(caption)
         return prefix + E.image_tokens(grid), len(prefix) - 1
+
+    def sequence(self, k: int, rng: np.random.Generator) -> tuple[list[int], int]:
+        return self.tokens_of(*self.example(k, rng))
 
     def make(self, ks, rng: np.random.Generator) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Inputs, targets and per-target loss weights (zero where the target is ignored)."""
         ks = list(ks)
         seqs = [self.sequence(k, rng) for k in ks]
-        width = max(len(s) for s, _ in seqs)
-        x = torch.full((len(seqs), width - 1), E.PAD, dtype=torch.long)
-        y = torch.full((len(seqs), width - 1), IGNORE, dtype=torch.long)
-        for r, (s, boi) in enumerate(seqs):
-            s = torch.tensor(s)
-            x[r, : len(s) - 1] = s[:-1]
-            y[r, boi : len(s) - 1] = s[boi + 1 :]  # predict everything after BOI
+        x, y = self.pad(seqs)
         w = (y != IGNORE).float()
         if self.first_rows is not None:
             row = E.GRID + 1
@@ -156,6 +157,34 @@ class Batches:
                 start = boi + int(self.first_rows[self.indices[k]]) * row
                 w[r, start : start + self.start_rows * row] *= self.start_weight
         return x, y, w
+
+    def make_contrast(self, ks, rng: np.random.Generator) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """CCA pairs: inputs and targets of the B examples, then of the same images under the next
+        example's caption (a roll by one, as the reference code does: a random permutation can leave
+        a small batch's captions in place); and per pair whether that caption really differs (a
+        dropped caption or the same text counts as a second positive)."""
+        examples = [self.example(k, rng) for k in ks]
+        captions = [c for c, _ in examples]
+        others = captions[1:] + captions[:1]
+        mismatched = [c is not None and o is not None and o != c for c, o in zip(captions, others, strict=True)]
+        positives = [self.tokens_of(c, g) for c, g in examples]
+        negatives = [
+            self.tokens_of(o if m else c, g) for (c, g), o, m in zip(examples, others, mismatched, strict=True)
+        ]
+        x, y = self.pad(positives + negatives)
+        return x, y, torch.tensor(mismatched)
+
+    @staticmethod
+    def pad(seqs: list[tuple[list[int], int]]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Right-padded inputs and targets (the image part after BOI; IGNORE elsewhere)."""
+        width = max(len(s) for s, _ in seqs)
+        x = torch.full((len(seqs), width - 1), E.PAD, dtype=torch.long)
+        y = torch.full((len(seqs), width - 1), IGNORE, dtype=torch.long)
+        for r, (s, boi) in enumerate(seqs):
+            s = torch.tensor(s)
+            x[r, : len(s) - 1] = s[:-1]
+            y[r, boi : len(s) - 1] = s[boi + 1 :]  # predict everything after BOI
+        return x, y
 
 
 def compact(opt_state: dict) -> dict:
@@ -165,6 +194,28 @@ def compact(opt_state: dict) -> dict:
         for k, st in opt_state["state"].items()
     }
     return {"state": state, "param_groups": opt_state["param_groups"]}
+
+
+def sequence_logp(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Log-likelihood of each row's image part [R] (float32, whatever the autocast)."""
+    logp = -F.cross_entropy(logits.float().flatten(0, 1), y.flatten(), ignore_index=IGNORE, reduction="none")
+    return logp.view(y.shape).sum(1)
+
+
+def cca_loss(
+    logp: torch.Tensor, ref_logp: torch.Tensor, mismatched: torch.Tensor, beta: float, lam: float
+) -> torch.Tensor:
+    """Condition Contrastive Alignment (Chen et al., 2024; arXiv 2410.09347): raise each image's
+    likelihood under its own caption and lower it under another's, both relative to the frozen
+    reference model, so the model itself draws what CFG would steer it to. Rows: B positives, then
+    the B negatives of make_contrast; a negative that is not a real mismatch counts as a positive
+    of weight 1, a real one weighs `lam`; the total is divided by `lam`, as in the authors' code."""
+    gap = logp - ref_logp
+    b = mismatched.shape[0]
+    sign = 1.0 - 2.0 * mismatched.float()
+    weight = torch.where(mismatched, lam, 1.0)
+    loss = -F.logsigmoid(beta * gap[:b]).mean() - (weight * F.logsigmoid(sign * beta * gap[b:])).mean()
+    return loss / max(lam, 1.0)
 
 
 def code_loss(logits: torch.Tensor, y: torch.Tensor, w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, int]:
@@ -254,7 +305,35 @@ def arguments(doc: str, run: str) -> argparse.ArgumentParser:
     ap.add_argument("--warmup", type=int, default=300)
     ap.add_argument("--run", default=run, help="checkpoints/RUN holds the log, checkpoints, export")
     ap.add_argument("--init", type=Path, help="start from this exported ar.safetensors (shape-matched)")
+    ap.add_argument(
+        "--cca-lambda",
+        type=float,
+        help="fine-tune with Condition Contrastive Alignment instead of likelihood, with this weight "
+        "on mismatched captions (the authors' default: 1000); needs --init, the frozen reference",
+    )
+    ap.add_argument("--cca-beta", type=float, default=0.02, help="CCA's beta (the authors' default)")
     return ap
+
+
+def step_loss(model, reference, train: Batches, ks, rng, args) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """One batch's training loss, with the summed code CE and count that the log reports: the plain
+    (weighted) likelihood loss, or with a `reference` model CCA on caption pairs, whose log CE is
+    over the positives."""
+    autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.bf16)
+    if reference is None:
+        x, y, w = train.make(ks, rng)
+        with autocast:
+            logits = model(x)
+        return code_loss(logits, y, w)
+    x, y, mismatched = train.make_contrast(ks, rng)
+    with autocast:
+        with torch.no_grad():
+            ref_logp = sequence_logp(reference(x), y)
+        logits = model(x)
+    loss = cca_loss(sequence_logp(logits, y), ref_logp, mismatched, args.cca_beta, args.cca_lambda)
+    b = len(mismatched)
+    _, code_ce, n = code_loss(logits[:b], y[:b], (y[:b] != IGNORE).float())
+    return loss, code_ce, n
 
 
 def fit(
@@ -299,31 +378,33 @@ def fit(
         save_atomic(compact(opt.state_dict()), last_opt)
         save_atomic({"model": model.state_dict(), "step": step, "best": best, "config": asdict(cfg)}, last)
 
+    reference = None
+    if args.cca_lambda:
+        if args.init is None:
+            raise SystemExit("--cca-lambda needs --init: the model it aligns is also its frozen reference")
+        reference = initial_model(cfg, args.init, shared).eval().requires_grad_(False)
     model.train()
     t_ckpt = t_export = t_log = time.time()
-    ce_sum, ce_n, recent_train = 0.0, 0, float("nan")
+    ce_sum, ce_n, loss_sum, recent_train = 0.0, 0, 0.0, float("nan")
     while step < args.steps:
         rng = np.random.default_rng(step)
-        x, y, w = train.make(train.draw(args.batch, rng), rng)
         for g in opt.param_groups:
             g["lr"] = cosine_lr(step, args.steps, args.lr, warmup=args.warmup, floor=0.1)
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.bf16):
-            logits = model(x)
-        loss, code_ce, n = code_loss(logits, y, w)
+        loss, code_ce, n = step_loss(model, reference, train, train.draw(args.batch, rng), rng, args)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         step += 1
-        ce_sum, ce_n = ce_sum + code_ce.item(), ce_n + n
+        ce_sum, ce_n, loss_sum = ce_sum + code_ce.item(), ce_n + n, loss_sum + loss.item()
 
         if step % args.log_every == 0:
             recent_train = ce_sum / ce_n
             log(
-                f"step {step} train_code_ce {recent_train:.4f} lr {opt.param_groups[0]['lr']:.2e} "
-                f"{(time.time() - t_log) / args.log_every:.2f}s/step"
+                f"step {step} train_code_ce {recent_train:.4f} loss {loss_sum / args.log_every:.4f} "
+                f"lr {opt.param_groups[0]['lr']:.2e} {(time.time() - t_log) / args.log_every:.2f}s/step"
             )
-            ce_sum, ce_n, t_log = 0.0, 0, time.time()
+            ce_sum, ce_n, loss_sum, t_log = 0.0, 0, 0.0, time.time()
         if time.time() - t_export > 60 * args.export_minutes or step == args.steps:
             t_eval = time.time()
             with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.bf16):
