@@ -7,7 +7,8 @@ per-token cross-entropy on image *codes*, train and held-out (names as captions)
 Every --export-minutes the held-out loss is measured and, if it improved (or every time, with
 --export-when always), the run's export folder (checkpoints/RUN/export: ar.safetensors fp16,
 words.json) is rewritten. Nothing is written into the
-package: training/ship.py copies an export there.
+package: training/ship.py copies an export there. With --cca-lambda the run fine-tunes an --init
+export by Condition Contrastive Alignment (cca_loss) instead of likelihood.
 
 Run: python training/train_ar.py --run ar_words --init src/jacobigen/weights/ar.safetensors
      (rerun the same command to resume)
