@@ -197,10 +197,15 @@ def compact(opt_state: dict) -> dict:
     return {"state": state, "param_groups": opt_state["param_groups"]}
 
 
-def sequence_logp(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """Log-likelihood of each row's image part [R] (float32, whatever the autocast)."""
-    logp = -F.cross_entropy(logits.float().flatten(0, 1), y.flatten(), ignore_index=IGNORE, reduction="none")
-    return logp.view(y.shape).sum(1)
+def token_ce(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Per-target cross-entropy [R, T], zero where the target is ignored."""
+    return F.cross_entropy(logits.flatten(0, 1), y.flatten(), ignore_index=IGNORE, reduction="none").view(y.shape)
+
+
+def code_ce_sum(ce: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """Summed CE and count over the code targets only (what the logs report)."""
+    is_code = (y >= 0) & (y < E.CODEBOOK_SIZE)
+    return ce[is_code].sum(), int(is_code.sum())
 
 
 def cca_loss(
@@ -222,10 +227,8 @@ def cca_loss(
 def code_loss(logits: torch.Tensor, y: torch.Tensor, w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, int]:
     """Weighted mean loss over the image targets, plus the plain summed CE and count over code
     targets only (what the logs report, whatever the weights)."""
-    ce = F.cross_entropy(logits.flatten(0, 1), y.flatten(), ignore_index=IGNORE, reduction="none")
-    is_code = (y.flatten() >= 0) & (y.flatten() < E.CODEBOOK_SIZE)
-    w = w.flatten()
-    return (ce * w).sum() / w.sum().clamp_min(1), ce[is_code].sum(), int(is_code.sum())
+    ce = token_ce(logits, y)
+    return (ce * w).sum() / w.sum().clamp_min(1), *code_ce_sum(ce, y)
 
 
 @torch.no_grad()
@@ -329,12 +332,12 @@ def step_loss(model, reference, train: Batches, ks, rng, args) -> tuple[torch.Te
     x, y, mismatched = train.make_contrast(ks, rng)
     with autocast:
         with torch.no_grad():
-            ref_logp = sequence_logp(reference(x), y)
+            ref_logp = -token_ce(reference(x), y).sum(1)
         logits = model(x)
-    loss = cca_loss(sequence_logp(logits, y), ref_logp, mismatched, args.cca_beta, args.cca_lambda)
+    ce = token_ce(logits, y)  # once: the pairs' likelihoods and the positives' logged code CE
+    loss = cca_loss(-ce.sum(1), ref_logp, mismatched, args.cca_beta, args.cca_lambda)
     b = len(mismatched)
-    _, code_ce, n = code_loss(logits[:b], y[:b], (y[:b] != IGNORE).float())
-    return loss, code_ce, n
+    return loss, *code_ce_sum(ce[:b], y[:b])
 
 
 def fit(
