@@ -16,6 +16,7 @@ train_ar = pytest.importorskip("train_ar")
 eval_steering = pytest.importorskip("eval_steering")
 fetch_data = pytest.importorskip("fetch_data")
 completion = pytest.importorskip("completion")
+tokenize_data = pytest.importorskip("tokenize_data")
 
 from jacobigen.models import embedded as E  # noqa: E402
 from jacobigen.models.transformer import Transformer, TransformerConfig, save_transformer  # noqa: E402
@@ -79,6 +80,19 @@ def test_drawing_rows_find_the_first_inked_row_of_the_code_grid():
     images[1, 9, 30] = (200, 255, 255)  # one faint pixel in code row 2 (pixels 8-11)
     images[2, 60:, :] = 0  # ink in the last code row only
     assert train_ar.drawing_rows(images).tolist() == [0, 2, 15]  # a blank image starts at row 0
+
+
+def test_canonical_background_rewrites_blank_patches_away_from_ink_only():
+    images = np.full((1, 32, 32, 3), 255, np.uint8)  # a 4 x 4 grid of 8-pixel patches
+    images[0, 9, 1] = (254, 255, 255)  # one almost-white pixel is ink: patch (1, 0)
+    tokens = np.arange(16, dtype=np.int16).reshape(1, 4, 4) + 100
+    white = np.full((4, 4), 7, np.int16)
+    out = tokenize_data.canonical_background(tokens, images, white)
+    near = np.zeros((4, 4), bool)
+    near[0:3, 0:2] = True  # the ink patch and its 8 neighbours (clipped at the border)
+    assert (out[0][near] == tokens[0][near]).all() and (out[0][~near] == 7).all()
+    assert out.dtype == tokens.dtype
+    assert (tokenize_data.canonical_background(tokens, images, white, margin=3) == tokens).all()
 
 
 def test_start_weighting_weighs_the_first_drawn_rows_and_nothing_outside_the_image():
