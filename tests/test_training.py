@@ -17,6 +17,7 @@ eval_steering = pytest.importorskip("eval_steering")
 fetch_data = pytest.importorskip("fetch_data")
 completion = pytest.importorskip("completion")
 tokenize_data = pytest.importorskip("tokenize_data")
+caption_ranking = pytest.importorskip("caption_ranking")
 
 from jacobigen.models import embedded as E  # noqa: E402
 from jacobigen.models.transformer import Transformer, TransformerConfig, save_transformer  # noqa: E402
@@ -93,6 +94,31 @@ def test_canonical_background_rewrites_blank_patches_away_from_ink_only():
     assert (out[0][near] == tokens[0][near]).all() and (out[0][~near] == 7).all()
     assert out.dtype == tokens.dtype
     assert (tokenize_data.canonical_background(tokens, images, white, margin=3) == tokens).all()
+
+
+def test_caption_ranking_splits_each_image_at_its_own_drawn_rows():
+    grid = np.zeros((E.GRID, E.GRID), np.int64)
+    seqs = [train_ar.Batches.tokens_of(_ranking_batches(), c, grid) for c in ("sun", "red apple")]
+    x, y = train_ar.Batches.pad(seqs)
+    ce = (y != train_ar.IGNORE).float()  # one nat per image target: regions count targets
+    boi = torch.tensor([b for _, b in seqs])
+    out = caption_ranking.region_nll(ce, boi, torch.tensor([2, 0]), rows=3)
+    row = E.GRID + 1
+    assert out.tolist() == [[2 * row, 3 * row, 11 * row + 1], [0, 3 * row, 13 * row + 1]]  # + EOI
+
+
+def test_caption_ranking_counts_own_caption_wins_and_its_margin():
+    nll = np.array([[1.0, 4.0, 7.0], [5.0, 2.0, 2.0], [3.0, 9.0, 0.0]])
+    top1, gain = caption_ranking.ranking(nll, np.array([0, 2, 1]))
+    assert top1 == pytest.approx(1 / 3)  # image 1 ties (argmin takes the first), image 2 loses
+    assert gain == pytest.approx(((4 - 1) + (3 - 2) + (4 - 9)) / 3)
+
+
+def _ranking_batches():
+    return train_ar.Batches(
+        np.zeros((1, E.GRID, E.GRID), np.int64), None, ["sun"], [{}], E.WordCaptions(["sun", "red", "apple"]),
+        [0], 0.0, train=False,
+    )  # fmt: skip
 
 
 def test_start_weighting_weighs_the_first_drawn_rows_and_nothing_outside_the_image():
