@@ -98,7 +98,8 @@ def test_canonical_background_rewrites_blank_patches_away_from_ink_only():
 
 def test_caption_ranking_splits_each_image_at_its_own_drawn_rows():
     grid = np.zeros((E.GRID, E.GRID), np.int64)
-    seqs = [train_ar.Batches.tokens_of(_ranking_batches(), c, grid) for c in ("sun", "red apple")]
+    batches = _ranking_batches()
+    seqs = [batches.tokens_of(c, grid) for c in ("sun", "red apple")]
     x, y = train_ar.Batches.pad(seqs)
     ce = (y != train_ar.IGNORE).float()  # one nat per image target: regions count targets
     boi = torch.tensor([b for _, b in seqs])

@@ -22,7 +22,8 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from common import DATA, WEIGHTS, add_cpu_args, load_images, load_split
+from common import DATA, WEIGHTS, add_cpu_args, add_sources_arg, load_images, load_split
+from tokenize_data import encode_all
 from train_ar import Batches, drawing_rows, token_ce
 
 from jacobigen.models import embedded as E
@@ -65,10 +66,12 @@ def main() -> None:
         "data: data/tokens.npy as tokenized (e.g. --canonical-background)",
     )
     add_cpu_args(ap)
+    add_sources_arg(ap)
+    ap.set_defaults(sources=["noto", "twemoji", "openmoji", "fluent"])
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     captions = json.loads((DATA / "captions.json").read_text())
-    train = load_split(["noto", "twemoji", "openmoji", "fluent"])["train"]
+    train = load_split(args.sources)["train"]
     names = sorted({captions[i] for i in train} - set(args.names))
     rng = np.random.default_rng(0)
     pool = [n for n in names if len(n.split()) <= 3]
@@ -76,9 +79,8 @@ def main() -> None:
     images = [i for i in train if captions[i] in pick]
     pixels = load_images()[images]
     if args.tokens == "raw":
-        with torch.no_grad():
-            vq = VQModel.load(WEIGHTS / "vq.safetensors")
-            grids = vq.encode(torch.from_numpy(pixels).permute(0, 3, 1, 2).contiguous()).numpy()
+        vq = VQModel.load(WEIGHTS / "vq.safetensors")
+        grids = encode_all(vq, torch.from_numpy(pixels).permute(0, 3, 1, 2).contiguous())
     else:
         grids = np.load(DATA / "tokens.npy")[images]
     first = torch.from_numpy(drawing_rows(pixels))
