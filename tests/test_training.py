@@ -18,6 +18,7 @@ fetch_data = pytest.importorskip("fetch_data")
 completion = pytest.importorskip("completion")
 tokenize_data = pytest.importorskip("tokenize_data")
 caption_ranking = pytest.importorskip("caption_ranking")
+sample_pool = pytest.importorskip("sample_pool")
 
 from jacobigen.models import embedded as E  # noqa: E402
 from jacobigen.models.transformer import Transformer, TransformerConfig, save_transformer  # noqa: E402
@@ -235,8 +236,46 @@ def test_cca_fine_tuning_moves_the_model_from_its_frozen_reference(tmp_path):
     init = train_ar.initial_model(cfg, tmp_path / "init.safetensors", E.UNK).state_dict()
     assert any(not torch.equal(v, init[k]) for k, v in exported[-1].state_dict().items())
     args.init = None
-    with pytest.raises(SystemExit, match="needs --init"):
+    with pytest.raises(SystemExit, match="need --init"):
         train_ar.fit(args, tmp_path / "other", lines.append, cfg, E.UNK, train, test, lambda *a: None, "")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message on a machine without CUDA")
+def test_a_gpu_run_on_a_machine_without_one_says_so(tmp_path):
+    args = train_ar.arguments("test", run="t").parse_args(["--device", "cuda"])
+    cfg = TransformerConfig(vocab_size=E.UNK + 1, dim=16, n_layers=1, n_heads=2, max_seq_len=32)
+    with pytest.raises(SystemExit, match="no CUDA device"):
+        train_ar.fit(args, tmp_path, print, cfg, E.UNK, None, None, lambda *a: None, "")
+
+
+def test_self_play_pairs_a_real_image_of_the_name_with_the_models_sample(tmp_path):
+    captions = ["sun", "red heart", "waving hand medium skin tone", "sun", "sun"]
+    keywords = [{"tags": [], "group": "", "subgroup": ""}] * 5
+    grids = np.arange(5)[:, None, None].repeat(E.GRID, 1).repeat(E.GRID, 2)
+    words = E.WordCaptions(train_ar.build_vocabulary(captions, keywords, range(5)))
+    data = train_ar.Batches(grids, grids, captions, keywords, words, [0, 1, 2, 3], 0.1, train=True)
+    samples = np.full((3, E.GRID, E.GRID), 9)
+    np.savez(tmp_path / "pool.npz", grids=samples, names=np.array(["sun", "red heart", "waving hand"]))
+    pairs = train_ar.SelfPlay(tmp_path / "pool.npz", data)
+    assert pairs.real == [[0, 3], [1], [2]]  # exact name first (image 4 is not training), else skin tones
+    x, y, mismatched = pairs.make_contrast([0, 1, 2] * 20, np.random.default_rng(0))
+    assert mismatched.all() and len(x) == 120
+    first = [int(t[t != train_ar.IGNORE][0]) for t in y]  # each row's first code: which grid it is
+    assert set(first[:20:3]) == {0, 3} and set(first[1:60:3]) == {1} and set(first[60:]) == {9}
+    for r in range(60):  # a sample is scored under the caption its real image got, or both under none
+        assert torch.equal(x[r, :2], x[60 + r, :2])
+    dropped = [r for r in range(60) if x[r, 1] == E.BOI]
+    assert 0 < len(dropped) < 20
+    np.savez(tmp_path / "other.npz", grids=samples[:1], names=np.array(["grinning face"]))
+    with pytest.raises(SystemExit, match="no training image"):
+        train_ar.SelfPlay(tmp_path / "other.npz", data)
+
+
+def test_pool_names_are_distinct_training_names_fixed_by_the_seed():
+    captions = ["sun", "red heart", "waving hand medium skin tone", "waving hand", "cat face", "dog face"]
+    names = sample_pool.pool_names(captions, [0, 1, 2, 3, 4], 3, seed=0)
+    assert len(set(names)) == 3 and set(names) <= {"sun", "red heart", "waving hand", "cat face"}
+    assert names == sample_pool.pool_names(captions, [0, 1, 2, 3, 4], 3, seed=0)
 
 
 def test_an_iconify_set_without_codepoints_keeps_icons_named_like_a_cldr_emoji(tmp_path):

@@ -79,6 +79,7 @@ def main() -> None:
     ap.add_argument("--cfg", type=float, help="guidance scale (default: the model's recommended sampling)")
     ap.add_argument("--temperature", type=float, help="sampling temperature (default: the model's)")
     ap.add_argument("--top-k", type=int, help="top-k (default: the model's)")
+    ap.add_argument("--top-p", type=float, help="top-p (default: the model's)")
     ap.add_argument("--out", type=Path, required=True)
     add_sources_arg(ap)
     add_cpu_args(ap)
@@ -102,7 +103,7 @@ def main() -> None:
     subgroups = np.array([subgroup_of[n] for n in names])
 
     pipe = load_pipeline(args.model, device="cpu")
-    sampling = {k: getattr(args, k) for k in ("cfg", "temperature", "top_k") if getattr(args, k) is not None}
+    sampling = {k: getattr(args, k) for k in ("cfg", "temperature", "top_k", "top_p") if getattr(args, k) is not None}
     report = {
         "model": args.model,
         "method": args.method,

@@ -21,7 +21,7 @@ import argparse
 import json
 import re
 import time
-from collections import Counter
+from collections import Counter, defaultdict
 from dataclasses import asdict
 from pathlib import Path
 
@@ -188,6 +188,40 @@ class Batches:
         return x, y
 
 
+class SelfPlay:
+    """Self-play pairs (SPIN; Chen et al. 2024, arXiv 2401.01335): each of the model's own samples
+    (training/sample_pool.py) against a real training image of the name it was drawn from, both
+    under that name (or, at the caption dropout rate, both under no caption, which trains the
+    branch CFG subtracts). Drawn and paired like Batches.make_contrast, so cca_loss raises the real
+    image and lowers the sample, each against the frozen reference: the model learns to give the
+    fragments it draws less of the probability that real images of the name should have."""
+
+    def __init__(self, pool: Path, data: Batches):
+        saved = np.load(pool)
+        self.grids, self.names, self.data = saved["grids"], [str(n) for n in saved["names"]], data
+        self.indices = np.arange(len(self.grids))
+        exact, group = defaultdict(list), defaultdict(list)
+        for i in data.indices:
+            exact[data.captions[i]].append(i)
+            group[split_group(data.captions[i])].append(i)
+        self.real = [exact[n] or group[n] for n in self.names]
+        if missing := [n for n, r in zip(self.names, self.real, strict=True) if not r]:
+            raise SystemExit(f"{pool}: no training image of {missing[:3]}: was the pool drawn from this data?")
+
+    def draw(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        return rng.integers(0, len(self.indices), n)
+
+    def make_contrast(self, ks, rng: np.random.Generator) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Inputs and targets of B real images, then of the B samples under the same captions; every
+        pair is a mismatch (the sample is never the real image's equal)."""
+        captions = [None if rng.random() < self.data.drop_caption else self.names[k] for k in ks]
+        reals = [self.data.tokens[rng.choice(self.real[k])] for k in ks]
+        rows = [self.data.tokens_of(c, g) for c, g in zip(captions, reals, strict=True)]
+        rows += [self.data.tokens_of(c, self.grids[k]) for c, k in zip(captions, ks, strict=True)]
+        x, y = Batches.pad(rows)
+        return x, y, torch.ones(len(ks), dtype=torch.bool)
+
+
 def compact(opt_state: dict) -> dict:
     """Adam moments in bf16, so each checkpoint file stays under 30 MB (resume barely notices)."""
     state = {
@@ -238,7 +272,8 @@ def mean_code_ce(model: Transformer, data: Batches, bs: int = 32) -> float:
     rng = np.random.default_rng(0)
     total, count = 0.0, 0
     for s in range(0, len(data.indices), bs):
-        x, y, w = data.make(range(s, min(s + bs, len(data.indices))), rng)
+        device = next(model.parameters()).device
+        x, y, w = (t.to(device) for t in data.make(range(s, min(s + bs, len(data.indices))), rng))
         _, ce_sum, n = code_loss(model(x), y, w)
         total, count = total + float(ce_sum), count + n
     model.train()
@@ -295,6 +330,11 @@ def arguments(doc: str, run: str) -> argparse.ArgumentParser:
     ap.add_argument("--weight-decay", type=float, default=0.1)
     ap.add_argument("--steps", type=int, default=4800, help="cosine schedule length")
     add_cpu_args(ap)
+    ap.add_argument(
+        "--device",
+        default="cpu",
+        help="cpu, or cuda for a GPU (add --bf16 there): the same run, batches built on the CPU",
+    )
     ap.add_argument("--drop-caption", type=float, default=0.1)
     ap.add_argument("--log-every", type=int, default=50)
     ap.add_argument("--ckpt-minutes", type=float, default=5)
@@ -316,20 +356,27 @@ def arguments(doc: str, run: str) -> argparse.ArgumentParser:
         "on mismatched captions (the authors' default: 1000); needs --init, the frozen reference",
     )
     ap.add_argument("--cca-beta", type=float, default=0.02, help="CCA's beta (the authors' default)")
+    ap.add_argument(
+        "--spin",
+        type=Path,
+        metavar="POOL",
+        help="self-play fine-tuning: cca_loss on real images against the model's own samples in POOL "
+        "(training/sample_pool.py) instead of other captions; needs --init (the model that drew POOL)",
+    )
     return ap
 
 
-def step_loss(model, reference, train: Batches, ks, rng, args) -> tuple[torch.Tensor, torch.Tensor, int]:
+def step_loss(model, reference, train: Batches | SelfPlay, ks, rng, args) -> tuple[torch.Tensor, torch.Tensor, int]:
     """One batch's training loss, with the summed code CE and count that the log reports: the plain
-    (weighted) likelihood loss, or with a `reference` model CCA on caption pairs, whose log CE is
-    over the positives."""
-    autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.bf16)
+    (weighted) likelihood loss, or with a `reference` model CCA on caption pairs (self-play pairs
+    with --spin), whose log CE is over the positives."""
+    autocast = torch.autocast(args.device.split(":")[0], dtype=torch.bfloat16, enabled=args.bf16)
     if reference is None:
-        x, y, w = train.make(ks, rng)
+        x, y, w = (t.to(args.device) for t in train.make(ks, rng))
         with autocast:
             logits = model(x)
         return code_loss(logits, y, w)
-    x, y, mismatched = train.make_contrast(ks, rng)
+    x, y, mismatched = (t.to(args.device) for t in train.make_contrast(ks, rng))
     with autocast:
         with torch.no_grad():
             ref_logp = -token_ce(reference(x), y).sum(1)
@@ -346,7 +393,7 @@ def fit(
     log: Log,
     cfg: TransformerConfig,
     shared: int,
-    train: Batches,
+    train: Batches | SelfPlay,
     test: Batches,
     save_export,
     note: str,
@@ -355,9 +402,11 @@ def fit(
     held-out code CE and call save_export(model, step, loss) when it improved (or every time, with
     --export-when always)."""
     last, last_opt = ckpt_dir / "last.pt", ckpt_dir / "last_opt.pt"
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        raise SystemExit(f"--device {args.device}: this machine has no CUDA device (or torch is a CPU build)")
     ck = torch.load(last, map_location="cpu") if last.exists() else None
     cfg = TransformerConfig(**ck["config"]) if ck else cfg
-    model = initial_model(cfg, None if ck else args.init, shared)
+    model = initial_model(cfg, None if ck else args.init, shared).to(args.device)
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     opt = torch.optim.AdamW(
@@ -385,8 +434,8 @@ def fit(
     reference = None
     if args.cca_lambda:
         if args.init is None:
-            raise SystemExit("--cca-lambda needs --init: the model it aligns is also its frozen reference")
-        reference = initial_model(cfg, args.init, shared).eval().requires_grad_(False)
+            raise SystemExit("--cca-lambda and --spin need --init: the model they align is also their frozen reference")
+        reference = initial_model(cfg, args.init, shared).to(args.device).eval().requires_grad_(False)
     model.train()
     t_ckpt = t_export = t_log = time.time()
     ce_sum, ce_n, loss_sum, recent_train = 0.0, 0, 0.0, float("nan")
@@ -411,7 +460,7 @@ def fit(
             ce_sum, ce_n, loss_sum, t_log = 0.0, 0, 0.0, time.time()
         if time.time() - t_export > 60 * args.export_minutes or step == args.steps:
             t_eval = time.time()
-            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.bf16):
+            with torch.autocast(args.device.split(":")[0], dtype=torch.bfloat16, enabled=args.bf16):
                 held = mean_code_ce(model, test)
             improved, best = held < best, min(best, held)
             tags = ["best"] if improved else []
@@ -455,6 +504,9 @@ def main() -> None:
     test = Batches(tokens, flipped, captions, keywords, words, split["test"], 0.0, train=False)
     if args.cap_name:
         train.cap_names(args.cap_name)
+    if args.spin:
+        train = SelfPlay(args.spin, train)
+        args.cca_lambda = args.cca_lambda or 1.0
     if args.start_weight != 1.0:
         train.weigh_start(drawing_rows(load_images()), args.start_weight, args.start_rows)
     cfg = TransformerConfig(

@@ -168,7 +168,7 @@ class Transformer(nn.Module):
 def save_transformer(model: Transformer, path: str | Path, dtype: torch.dtype = torch.float16) -> None:
     from safetensors.torch import save_file
 
-    state = {k: v.detach().to(dtype).contiguous() for k, v in model.state_dict().items()}
+    state = {k: v.detach().to("cpu", dtype).contiguous() for k, v in model.state_dict().items()}
     save_file(state, str(path), metadata={"config": json.dumps(asdict(model.config))})
 
 
