@@ -271,8 +271,8 @@ def mean_code_ce(model: Transformer, data: Batches, bs: int = 32) -> float:
     model.eval()
     rng = np.random.default_rng(0)
     total, count = 0.0, 0
+    device = next(model.parameters()).device
     for s in range(0, len(data.indices), bs):
-        device = next(model.parameters()).device
         x, y, w = (t.to(device) for t in data.make(range(s, min(s + bs, len(data.indices))), rng))
         _, ce_sum, n = code_loss(model(x), y, w)
         total, count = total + float(ce_sum), count + n
@@ -366,11 +366,16 @@ def arguments(doc: str, run: str) -> argparse.ArgumentParser:
     return ap
 
 
+def bf16_autocast(args) -> torch.autocast:
+    """bf16 autocast on the run's device when --bf16 is on, else a no-op context."""
+    return torch.autocast(torch.device(args.device).type, dtype=torch.bfloat16, enabled=args.bf16)
+
+
 def step_loss(model, reference, train: Batches | SelfPlay, ks, rng, args) -> tuple[torch.Tensor, torch.Tensor, int]:
     """One batch's training loss, with the summed code CE and count that the log reports: the plain
     (weighted) likelihood loss, or with a `reference` model CCA on caption pairs (self-play pairs
     with --spin), whose log CE is over the positives."""
-    autocast = torch.autocast(args.device.split(":")[0], dtype=torch.bfloat16, enabled=args.bf16)
+    autocast = bf16_autocast(args)
     if reference is None:
         x, y, w = (t.to(args.device) for t in train.make(ks, rng))
         with autocast:
@@ -460,7 +465,7 @@ def fit(
             ce_sum, ce_n, loss_sum, t_log = 0.0, 0, 0.0, time.time()
         if time.time() - t_export > 60 * args.export_minutes or step == args.steps:
             t_eval = time.time()
-            with torch.autocast(args.device.split(":")[0], dtype=torch.bfloat16, enabled=args.bf16):
+            with bf16_autocast(args):
                 held = mean_code_ce(model, test)
             improved, best = held < best, min(best, held)
             tags = ["best"] if improved else []
@@ -490,6 +495,8 @@ def main() -> None:
     )
     ap.add_argument("--start-rows", type=int, default=3)
     args = ap.parse_args()
+    if args.spin and (args.cap_name or args.start_weight != 1.0):
+        ap.error("--spin draws its pool's names evenly and scores whole images: drop --cap-name and --start-weight")
     torch.set_num_threads(args.threads)
     ckpt_dir = ROOT / "checkpoints" / args.run
     log = Log(ckpt_dir / "train.log")
@@ -504,11 +511,11 @@ def main() -> None:
     test = Batches(tokens, flipped, captions, keywords, words, split["test"], 0.0, train=False)
     if args.cap_name:
         train.cap_names(args.cap_name)
+    if args.start_weight != 1.0:
+        train.weigh_start(drawing_rows(load_images()), args.start_weight, args.start_rows)
     if args.spin:
         train = SelfPlay(args.spin, train)
         args.cca_lambda = args.cca_lambda or 1.0
-    if args.start_weight != 1.0:
-        train.weigh_start(drawing_rows(load_images()), args.start_weight, args.start_rows)
     cfg = TransformerConfig(
         vocab_size=words.vocab_size,
         dim=args.dim,
