@@ -3,8 +3,9 @@
 Self-play fine-tuning (SPIN; Chen et al. 2024, arXiv 2401.01335) pairs each real image with what
 the model itself draws from the same caption and trains the model to tell them apart
 (`train_ar.py --spin`). This script draws those samples: one per name for `--names` training
-names picked by seed, sampled as the README's pictures are by default (cfg 3, temperature 1,
-top-p 0.8). Resumable: it writes in chunks and a rerun continues where the file stops.
+names picked by seed, with `ar` at cfg 3, temperature 1, top-p 0.8 within the model's top-k 200
+(the pictures users get at temperature 1, less the tail that top-p cuts). Resumable: it writes
+in chunks and a rerun continues where the file stops.
 
     python training/sample_pool.py --model checkpoints/ar_canon/export --out checkpoints/spin/pool.npz
 """
@@ -21,11 +22,13 @@ import torch
 from common import DATA, add_sources_arg, load_split
 from fetch_data import split_group
 
+from jacobigen.models import embedded as E
 from jacobigen.models.load import embedded_pipeline
 
 
 def pool_names(captions: list[str], train: list[int], n: int, seed: int) -> list[str]:
-    """`n` distinct training names (skin tones removed), picked by `seed`, in a fixed order."""
+    """`n` distinct training names (skin tones removed), picked by `seed`, in a fixed order (a
+    permutation, unlike eval_steering.pick_names: run 9's pool was drawn in this order)."""
     names = sorted({split_group(captions[i]) for i in train})
     return [names[i] for i in np.random.default_rng(seed).permutation(len(names))[:n]]
 
@@ -46,7 +49,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     captions = json.loads((DATA / "captions.json").read_text())
     names = pool_names(captions, load_split(args.sources)["train"], args.names, args.seed)
-    grids = np.zeros((0, 16, 16), np.int16)
+    grids = np.zeros((0, E.GRID, E.GRID), np.int16)
     if args.out.exists():
         done = np.load(args.out)
         grids = done["grids"]
