@@ -105,12 +105,11 @@ def test_settings_side_by_side(tmp_path):
 
 
 def test_compile_failure_is_one_clear_error(monkeypatch):
-    def broken(model, **kwargs):  # compiles "fine", fails at the first call, as inductor does
-        def forward(*args):
+    def broken(fn, **kwargs):  # compiles "fine", fails at the first call, as inductor does
+        def call(*args, **kw):
             raise RuntimeError("no C++ compiler found\nlong traceback")
 
-        model.forward = forward
-        return model
+        return call
 
     monkeypatch.setattr(torch, "compile", broken)
     with pytest.raises(JacobigenError, match="torch.compile failed on this machine .*no C\\+\\+ compiler found$"):

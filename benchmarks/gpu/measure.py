@@ -1,28 +1,33 @@
 #!/usr/bin/env python
-"""One prepared GPU measurement run (issue 13 item 5): three parts, each with its own time budget.
+"""One prepared GPU measurement run (issue 38): the forward and the step at the limit, each part
+with its own time budget.
 
-a. ``cost_curve``: seconds per forward for block sizes 1..160 after a 2,400-token cache, CFG batch
-   of 2 rows, on a random-weight model with Lumina-mGPT-7B's shape (transformers'
-   ``ChameleonForConditionalGeneration`` behind jacobigen's Chameleon adapter), bf16.
-b. ``overhead``: per-iteration overhead of every lossless preset (``jacobigen.METHODS``) on that
-   model: ``generate`` on a short image at windows 16 and 32; nfe, wall, forward time, overhead
-   share (1 - forward / wall) and ms of overhead per iteration. Random weights: acceptance is not
-   meaningful here, the overhead is.
-c. ``embedded``: ``jacobigen bench`` on the embedded emoji model (subprocess, with a timeout).
+a. ``bandwidth``: a device-to-device copy, the memory ceiling every figure is held against.
+b. ``forward``: milliseconds per forward of our decoder (:class:`jacobigen.Transformer`) in the
+   shape of Lumina-mGPT-7B (random weights, bf16, 2 rows: the CFG pair, 2,400 cached tokens) for
+   blocks 1..64, three ways: eager; eager replayed as a CUDA graph (``decode.capture.Graphed``);
+   ``torch.compile`` replayed as a CUDA graph. Beside each: the weight-read time at the datasheet
+   bandwidth (4.8 TB/s) and the bytes the forward must read (weights + the cache), as GB/s.
+c. ``plain``: the plain loop a user would write (``tools.plain_ar``), per token, on the eager model
+   and on the graphed one (gpt-fast's treatment): the fair GPU baseline.
+d. ``overhead``: every lossless preset on that model through ``generate`` (a 16x16 image with EOL,
+   Lumina's sampling), forwards graphed and timed apart (``timing=True``): the bookkeeping per
+   iteration is wall minus forward. Then, budget allowing, a few presets with the whole step compiled
+   (``compile=True``; its wall per iteration against the graphed forward of its block).
+e. ``embedded``: ``jacobigen bench --compile`` on the embedded model (subprocess, with a timeout).
+f. ``table``: Lumina-mGPT-7B at 768 px (2,357 tokens): seconds per image from the measured forward
+   and bookkeeping, for AR and the papers' step compressions, beside the papers' published times.
 
-Each part runs under try/except and its own budget; ``measure.json`` and ``measure.md`` are
-rewritten after every part, so a failure or a kill keeps the figures already taken.
-
-``--tiny`` swaps the 7B shape for a 2-layer Chameleon, fewer block sizes, a 128-token cache and a
-4x4 image, so CI can run the whole script on a CPU in seconds (tests/test_gpu_script.py).
-See benchmarks/gpu/README.md for the command to run on a lent GPU machine.
+Each part runs under try/except; ``measure.json`` and ``measure.md`` are rewritten after every part,
+so a failure or a kill keeps the figures already taken. ``--tiny`` runs the same code on a 2-layer
+model on the CPU in seconds (tests/test_gpu_script.py). The command to run on a lent GPU is in
+benchmarks/gpu/README.md; it needs no package beyond torch (no transformers).
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
-import inspect
 import json
 import os
 import platform
@@ -44,68 +49,51 @@ except ImportError:  # not installed (e.g. a bare GPU machine): use the checkout
 import torch
 
 from jacobigen.core.masks import block_mask, causal
-from jacobigen.decode.methods import split_variants
+from jacobigen.decode.capture import Graphed
+from jacobigen.decode.methods import parse_variant, split_variants
+from jacobigen.models.families.chameleon import DEFAULTS, lumina_7b_config
+from jacobigen.models.transformer import Transformer, TransformerConfig
 from jacobigen.tools.costs import block_size
 
-MIN_TRANSFORMERS = "5.24"  # pyproject's families extra: the adapter's ``cache=`` keyword
-REFERENCE_TREE = "sjd-pac[tree_budget=full,window=64]"  # the authors' 21-node tree in their 64-token block
-
-# Lumina-mGPT-7B is Chameleon-7B's architecture (qk-norm over (heads, head_dim) in every layer,
-# swin_norm off, no GQA). Lumina raises the context above Chameleon's 4096; only RoPE (computed on
-# the fly) and jacobigen's max_seq_len check read it, so the exact value does not change the cost.
-SHAPE_7B = dict(
-    vocab_size=65536,
-    hidden_size=4096,
-    intermediate_size=11008,
-    num_hidden_layers=32,
-    num_attention_heads=32,
-    num_key_value_heads=32,
-    max_position_embeddings=8192,
-    swin_norm=False,
-    codes=8192,
-)
-SHAPE_TINY = dict(
-    vocab_size=160,
-    hidden_size=64,
-    intermediate_size=128,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    num_key_value_heads=4,
-    max_position_embeddings=512,
-    swin_norm=False,
-    codes=64,
-    vq_config=dict(
-        embed_dim=8,
-        num_embeddings=64,
-        latent_channels=8,
-        base_channels=32,
-        channel_multiplier=[1, 1],
-        num_res_blocks=1,
-        resolution=32,
-    ),
-)
-
-# Budgets (seconds) keep the whole run near 7 minutes on an H200, model build and imports included.
+DATASHEET_TBPS = 4.8  # H200 HBM3e
+LUMINA_768 = 2357  # 48 x 48 cells + 48 EOL + end of image
+PAPERS = {  # Lumina-mGPT 768 px, step compression and seconds per image as each paper reports them
+    "ar": (1.0, 197.0),
+    "sjd": (2.2, None),
+    "scd": (4.2, None),
+    "sjd-pac": (4.5, None),
+}
+TINY_SHAPE = TransformerConfig(vocab_size=160, dim=64, n_layers=2, n_heads=4, ffn_dim=128, qk_norm="chameleon")
 FULL = dict(
-    sizes=[1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 160],
+    sizes=[1, 16, 32, 64],
+    compiled_sizes=[1, 64],
     context=2400,
     reps=10,
     warmup=3,
     grid=16,
-    budget_curve=60.0,
-    budget_overhead=200.0,
+    budget_forward=200.0,
+    budget_plain=60.0,
+    plain_compiled=False,  # the forward part measures the compiled forward; compiling here costs minutes
+    budget_overhead=150.0,
+    budget_compiled=150.0,
     embedded_timeout=150.0,
 )
 TINY = dict(
-    sizes=[1, 2, 4, 8, 16],
-    context=128,
-    reps=3,
+    sizes=[1, 4, 8],
+    compiled_sizes=[1],
+    context=64,
+    reps=2,
     warmup=1,
     grid=4,
-    budget_curve=30.0,
+    budget_forward=60.0,
+    budget_plain=30.0,
+    plain_compiled=True,
     budget_overhead=60.0,
-    embedded_timeout=120.0,
+    budget_compiled=60.0,
+    embedded_timeout=240.0,
 )
+PRESETS = "ar,sjd,scd-mc,scd-gs,sjd-pac,sjd-vp,scd-mc+pac+vp"
+COMPILED_PRESETS = "ar,scd-mc,sjd-pac"
 
 
 # --- helpers --------------------------------------------------------------------------------------
@@ -126,236 +114,282 @@ def free_memory(device: torch.device) -> None:
         torch.cuda.empty_cache()
 
 
-def vocabulary_map(codes: int, text_ids: range) -> dict[str, int]:
-    """Chameleon's naming: image code c is the BPE token ``IMGIMG<c in letters A-J>Z``, here at ids
-    4..4+codes (as in Chameleon's vocabulary); ``text_ids`` get plain names."""
-    vocab = {"<pad>": 0, "<s>": 1, "</s>": 2, "<unk>": 3}
-    for code in range(codes):
-        vocab["IMGIMG" + "".join(chr(ord("A") + int(d)) for d in str(code)) + "Z"] = 4 + code
-    for i in text_ids:
-        vocab[f"<t{i}>"] = i
-    return vocab
-
-
-def transformers_version_ok() -> str:
-    import transformers
-    from packaging.version import Version
-
-    v = transformers.__version__
-    if Version(v) < Version(MIN_TRANSFORMERS):
-        raise RuntimeError(
-            f"transformers {v} < {MIN_TRANSFORMERS}: jacobigen's Chameleon adapter needs "
-            f"the newer cache keyword (carry the wheel: benchmarks/gpu/README.md)"
-        )
-    return v
-
-
-def build_model(shape: dict, device: torch.device, seed: int = 0):
-    """Random-weight ChameleonForConditionalGeneration of ``shape`` behind jacobigen's adapter.
-    Returns (adapter, layout builder info)."""
-    from transformers import ChameleonConfig, ChameleonForConditionalGeneration
-
-    from jacobigen.models.families.base import contiguous_range, default_dtype
-    from jacobigen.models.families.chameleon import chameleon_adapter
-
-    shape = dict(shape)
-    codes = shape.pop("codes")
-    vq = shape.pop("vq_config", None)
-    vocab = vocabulary_map(codes, range(4 + codes, 4 + codes + 8))
-    cfg = ChameleonConfig(
-        **shape,
-        vocabulary_map=vocab,
-        bos_token_id=1,
-        eos_token_id=2,
-        pad_token_id=0,
-        **({"vq_config": vq} if vq else {}),
-    )
-    cfg._attn_implementation = "sdpa"
-    dtype = default_dtype(device)  # bf16 on CUDA, as jacobigen loads real checkpoints
+def build_model(cfg: TransformerConfig, device: torch.device, seed: int = 0) -> tuple[Transformer, dict]:
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     torch.manual_seed(seed)
     t0 = time.perf_counter()
     with torch.device(device):
-        hf = ChameleonForConditionalGeneration._from_config(cfg, dtype=dtype)
-    hf = hf.to(device).eval()
+        model = Transformer(cfg)
+    model = model.to(dtype).eval()
     sync(device)
-    build_s = time.perf_counter() - t0
-    adapter = chameleon_adapter(hf)
-    image_ids = contiguous_range(hf.model.vocabulary_mapping.image_tokens, "Chameleon")
-    n_params = sum(p.numel() for p in hf.parameters())
-    n_decoder = sum(p.numel() for n, p in hf.named_parameters() if "vqmodel" not in n)
+    weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
     info = {
-        "config": {k: v for k, v in shape.items()},
-        "codes": codes,
-        "image_ids": list(image_ids),
-        "params": n_params,
-        "params_without_vq": n_decoder,
+        "config": {k: getattr(cfg, k) for k in cfg.__dataclass_fields__},
+        "params": sum(p.numel() for p in model.parameters()),
+        "weight_bytes": weight_bytes,
         "dtype": str(dtype).replace("torch.", ""),
-        "attn_implementation": "sdpa",
-        "build_seconds": build_s,
+        "build_seconds": time.perf_counter() - t0,
     }
-    return adapter, info
+    return model, info
 
 
-# --- part a: the forward cost curve -------------------------------------------------------------
+def timed(fn, device, warmup: int, reps: int) -> list[float]:
+    out = []
+    for rep in range(warmup + reps):
+        sync(device)
+        t0 = time.perf_counter()
+        fn()
+        sync(device)
+        if rep >= warmup:
+            out.append(time.perf_counter() - t0)
+    return out
 
 
-def cost_curve(model, device, sizes, context, rows, reps, warmup, budget, result):
-    """Seconds per forward of a block of each size after ``context`` cached tokens in each of ``rows``
-    rows (the CFG pair), one cache of capacity context + max(sizes) for all sizes, as a decode has
-    one cache sized for the whole sequence. The mask is built outside the timed region, as in
-    JacobiDecoder._forward; its own cost is reported as ``mask_s``."""
-    t_part = time.perf_counter()
-    capacity = context + max(sizes)
-    cache = model.new_cache(rows, capacity)
-    cache.lengths += context  # update() writes after the length and commit() is never called,
-    g = torch.Generator(device="cpu").manual_seed(0)  # so every rep sees the same 2,400 entries
-    result.update(rows=rows, context=context, capacity=capacity, reps=reps, warmup=warmup, points=[])
-    for size in sizes:
-        if time.perf_counter() - t_part > budget:
-            result.setdefault("skipped", []).append(size)
-            continue
-        tokens = torch.randint(4, 4 + 64, (rows, size), generator=g).to(device)
-        positions = torch.arange(context, context + size, device=device).expand(rows, size)
-        times, mask_times = [], []
-        for rep in range(warmup + reps):
-            sync(device)
-            t0 = time.perf_counter()
-            mask = block_mask(cache.lengths, cache.capacity, causal(size, device))
-            sync(device)
-            t1 = time.perf_counter()
-            with torch.inference_mode():
-                model(tokens, positions, mask, cache)
-            sync(device)
-            t2 = time.perf_counter()
-            if rep >= warmup:
-                times.append(t2 - t1)
-                mask_times.append(t1 - t0)
-        med = statistics.median(times)
-        result["points"].append(
-            {
-                "block": size,
-                "median_s": med,
-                "min_s": min(times),
-                "max_s": max(times),
-                "mask_s": statistics.median(mask_times),
-                "tokens_per_s": rows * size / med,
-            }
-        )
-    base = next((p["median_s"] for p in result["points"] if p["block"] == 1), None)
-    for p in result["points"]:
-        p["vs_block1"] = p["median_s"] / base if base else None
-    result["status"] = "partial" if result.get("skipped") else "ok"
-    if device.type == "cuda":
-        result["peak_memory_gb"] = torch.cuda.max_memory_allocated(device) / 2**30
-    del cache
+# --- a: bandwidth ---------------------------------------------------------------------------------
+
+
+def bandwidth(device, tiny: bool, result):
+    n = (1 << 20) if tiny else (1 << 30)  # bf16 elements: 2 GB each way on the GPU
+    a = torch.empty(n, dtype=torch.bfloat16, device=device)
+    b = torch.empty_like(a)
+    times = timed(lambda: b.copy_(a), device, 2, 5)
+    med = statistics.median(times)
+    result.update(bytes_moved=2 * a.numel() * 2, median_s=med, gbps=2 * a.numel() * 2 / med / 1e9)
+    a = b = None  # noqa: F841 - freed before the next part
     free_memory(device)
 
 
-# --- part b: per-iteration overhead of the lossless presets --------------------------------------
+# --- b: the forward -------------------------------------------------------------------------------
 
 
-def preset_overhead(model, device, info, grid, windows, methods, budget, result, prompt_len=16, seed=0):
-    from jacobigen import METHODS, ImageLayout, generate
-    from jacobigen.decode.methods import parse_variant
-    from jacobigen.models.families.chameleon import DEFAULTS
-
-    lo, hi = info["image_ids"]
-    # stand-ins outside the image range for <reserved08799> (EOL) and <eoss> (end of image)
-    layout = ImageLayout(grid, grid, (lo, hi), eol_id=hi, end_id=hi + 1)
-    header = [hi + 2, hi + 3, hi + 3]  # like Lumina's <racm3:break> + two size tokens
-    g = torch.Generator().manual_seed(seed)
-    text = torch.randint(hi + 4, model.vocab_size, (prompt_len,), generator=g).tolist()
-    prompt, uncond = text + header, header  # Lumina's CFG: the unconditional prompt is the header
-    sampling = dict(DEFAULTS)
-    timing = "timing" in inspect.signature(generate).parameters
-    extra = {"timing": True} if timing else {}
-    methods = methods or [*(name for name, m in METHODS.items() if m.lossless), REFERENCE_TREE]
-    runs = [(name, parse_variant(name).window or w) for name in methods for w in windows]
-    runs = list(dict.fromkeys(runs))  # ar has a fixed window: once
-    result.update(
-        layout={"rows": grid, "cols": grid, "eol": True, "length": layout.length},
-        prompt_tokens=len(prompt),
-        uncond_tokens=len(uncond),
-        sampling=sampling,
-        timing_keyword=timing,
-        seed=seed,
-        runs=[],
-        skipped=[],
-        errors=[],
+def forward_curve(model, info, device, args, result):
+    """Each variant over the same cache (2 rows, ``context`` entries, capacity context + 64): the
+    block's K/V land after the cached entries and are never committed, so every rep sees the same."""
+    rows, context = 2, args.context
+    capacity = context + max(args.sizes)
+    cache = model.new_cache(rows, capacity)
+    cache.lengths += context
+    cfg = model.config
+    kv_bytes = (
+        2
+        * rows
+        * cfg.n_layers
+        * cfg.kv_heads
+        * capacity
+        * cfg.head_dim
+        * info["weight_bytes"]
+        // max(info["params"], 1)
     )
-
-    def run(name, window):
-        v = parse_variant(name)
-        gen = generate(
-            model,
-            prompt,
-            layout=layout,
-            method=v.method.name,
-            window=window,
-            seed=seed,
-            uncond=uncond,
-            **v.options,
-            **sampling,
-            **extra,
-        )
-        return gen.stats
-
+    read = info["weight_bytes"] + kv_bytes
+    result.update(
+        rows=rows,
+        context=context,
+        capacity=capacity,
+        reps=args.reps,
+        weight_bytes=info["weight_bytes"],
+        kv_bytes=kv_bytes,
+        weight_read_ms=1e3 * info["weight_bytes"] / (DATASHEET_TBPS * 1e12),
+        read_ms=1e3 * read / (DATASHEET_TBPS * 1e12),
+        points=[],
+        skipped=[],
+    )
+    variants = [("eager", model, args.sizes), ("graphed", Graphed(model), args.sizes)]
+    variants.append(("compiled+graphed", Graphed(model, compile=args.backend), args.compiled_sizes))
     t_part = time.perf_counter()
-    for name, window in [("sjd", max(windows)), ("sjd-pac", min(windows))]:  # warm-up, untimed
-        if name in METHODS:
-            run(name, window)
-    result["warmup_seconds"] = time.perf_counter() - t_part
-    last = 0.0
-    for name, window in runs:
-        spent = time.perf_counter() - t_part
-        if spent + last > budget:
-            result["skipped"].append({"method": name, "window": window})
+    g = torch.Generator().manual_seed(0)
+    for name, fwd, sizes in variants:
+        for size in sizes:
+            if time.perf_counter() - t_part > args.budget_forward:
+                result["skipped"].append({"variant": name, "block": size})
+                continue
+            tokens = torch.randint(0, cfg.vocab_size, (rows, size), generator=g).to(device)
+            positions = torch.arange(context, context + size, device=device).expand(rows, size)
+            mask = block_mask(cache.lengths, capacity, causal(size, device))
+            t0 = time.perf_counter()
+            with torch.inference_mode():
+                times = timed(lambda f=fwd, t=tokens, p=positions, m=mask: f(t, p, m, cache), device, args.warmup, 1)
+                first = time.perf_counter() - t0  # compile and capture included
+                times = timed(lambda f=fwd, t=tokens, p=positions, m=mask: f(t, p, m, cache), device, 1, args.reps)
+            med = statistics.median(times)
+            result["points"].append(
+                {
+                    "variant": name,
+                    "block": size,
+                    "median_ms": 1e3 * med,
+                    "min_ms": 1e3 * min(times),
+                    "setup_s": first,
+                    "vs_weight_read": 1e3 * med / result["weight_read_ms"],
+                    "gbps": read / med / 1e9,
+                }
+            )
+            write_partial(result)
+    for p in result["points"]:
+        one = next((q for q in result["points"] if q["variant"] == p["variant"] and q["block"] == 1), None)
+        p["vs_block1"] = p["median_ms"] / one["median_ms"] if one else None
+    result["status"] = "partial" if result["skipped"] else "ok"
+    if device.type == "cuda":
+        result["peak_memory_gb"] = torch.cuda.max_memory_allocated(device) / 2**30
+    cache = None  # noqa: F841
+    free_memory(device)
+
+
+def best_forward_ms(report: dict, block: int) -> float | None:
+    """The fastest measured forward of a block (interpolated between measured blocks)."""
+    pts = [p for p in report.get("forward", {}).get("points", []) if p["variant"] != "eager"]
+    by_block: dict[int, float] = {}
+    for p in pts:
+        by_block[p["block"]] = min(by_block.get(p["block"], float("inf")), p["median_ms"])
+    if not by_block:
+        return None
+    xs = sorted(by_block)
+    if block <= xs[0]:
+        return by_block[xs[0]]
+    for a, b in zip(xs, xs[1:], strict=False):
+        if block <= b:
+            return by_block[a] + (by_block[b] - by_block[a]) * (block - a) / (b - a)
+    return by_block[xs[-1]]
+
+
+# --- c: the plain loop ----------------------------------------------------------------------------
+
+
+def image_setup(model, grid: int, seed: int = 0):
+    """A Lumina-like image layout over our random model's ids, and a prompt/unconditional pair."""
+    from jacobigen import ImageLayout
+
+    v = model.vocab_size
+    lo, hi = 4, max(8, v - 64)
+    layout = ImageLayout(grid, grid, (lo, hi), eol_id=hi, end_id=hi + 1)
+    header = [hi + 2, hi + 3, hi + 3]
+    g = torch.Generator().manual_seed(seed)
+    text = torch.randint(hi + 4, v, (16,), generator=g).tolist()
+    return layout, text + header, header
+
+
+def plain(model, device, args, result):
+    from jacobigen.tools.plain_ar import plain_ar
+
+    layout, prompt, uncond = image_setup(model, args.grid)
+    sampling = dict(DEFAULTS)
+    result.update(tokens=layout.length, sampling=sampling, runs=[])
+    t_part = time.perf_counter()
+    variants = {"eager": model, "graphed": Graphed(model)}
+    if args.plain_compiled:
+        variants["compiled+graphed"] = Graphed(model, args.backend)
+    for name, fwd in variants.items():
+        if time.perf_counter() - t_part > args.budget_plain:
+            result.setdefault("skipped", []).append(name)
             continue
         t0 = time.perf_counter()
-        try:
-            s = run(name, window)
-        except Exception as e:  # one preset failing keeps the others
-            result["errors"].append({"method": name, "window": window, "error": error_text(e)})
+        plain_ar(fwd, layout, prompt, uncond, **sampling)  # compiles and captures
+        setup = time.perf_counter() - t0
+        times = timed(lambda f=fwd: plain_ar(f, layout, prompt, uncond, **sampling), device, 0, 1)
+        med = statistics.median(times)
+        result["runs"].append(
+            {"variant": name, "seconds": med, "ms_per_token": 1e3 * med / layout.length, "setup_s": setup}
+        )
+        write_partial(result)
+    result["status"] = "partial" if result.get("skipped") else "ok"
+
+
+# --- d: the step's bookkeeping --------------------------------------------------------------------
+
+
+def run_preset(model, name, window, layout, prompt, uncond, compile=False, timing=True):
+    from jacobigen import generate
+
+    v = parse_variant(name)
+    gen = generate(
+        model,
+        prompt,
+        layout=layout,
+        method=v.method.name,
+        window=v.window or window,
+        uncond=uncond,
+        timing=timing and not compile,
+        compile=compile,
+        **v.options,
+        **DEFAULTS,
+    )
+    return gen.stats
+
+
+def overhead(model, device, args, result, report):
+    layout, prompt, uncond = image_setup(model, args.grid)
+    graphed = Graphed(model)
+    result.update(layout={"rows": args.grid, "cols": args.grid, "length": layout.length}, runs=[], skipped=[])
+    t_part = time.perf_counter()
+    run_preset(graphed, "sjd", max(args.windows), layout, prompt, uncond)  # captures the common shapes
+    result["warmup_seconds"] = time.perf_counter() - t_part
+    runs = [(m, w) for m in split_variants(args.methods) for w in args.windows]
+    for name, window in dict.fromkeys((m, parse_variant(m).window or w) for m, w in runs):
+        if time.perf_counter() - t_part > args.budget_overhead:
+            result["skipped"].append({"method": name, "window": window})
             continue
-        last = time.perf_counter() - t0
-        # one sequence: one ``committed`` entry per iteration; the prefill is the remaining forward
-        iters = len(getattr(s, "committed", None) or []) or max(s.nfe - 1, 1)
+        run_preset(graphed, name, window, layout, prompt, uncond)  # capture this block shape first
+        s = run_preset(graphed, name, window, layout, prompt, uncond)
+        iters = max(len(s.committed), 1)
         over = s.wall_time - s.forward_time
-        try:
-            block = block_size(parse_variant(name).build(window), layout)
-        except Exception:
-            block = None
         result["runs"].append(
             {
                 "method": name,
                 "window": window,
+                "step": "eager, forward graphed",
+                "block": block_size(parse_variant(name).build(window), layout),
+                "nfe": s.nfe,
+                "iterations": iters,
+                "wall_s": s.wall_time,
+                "forward_ms_per_iter": 1e3 * s.forward_time / iters,
+                "bookkeeping_ms_per_iter": 1e3 * over / iters,
+                "tokens_per_forward": s.mean_accepted,
+            }
+        )
+        write_partial(result)
+    result["status"] = "partial" if result["skipped"] else "ok"
+
+
+def compiled_overhead(model, device, args, result, report):
+    """The whole step compiled (inductor, the forward inside its graph, no CUDA graph): wall per
+    iteration, and against the graphed forward of its block the bookkeeping it leaves."""
+    layout, prompt, uncond = image_setup(model, args.grid)
+    result.update(runs=[], skipped=[])
+    t_part = time.perf_counter()
+    for name in split_variants(args.compiled_methods):
+        window = parse_variant(name).window or max(args.windows)
+        if time.perf_counter() - t_part > args.budget_compiled:
+            result["skipped"].append({"method": name, "window": window})
+            continue
+        t0 = time.perf_counter()
+        run_preset(model, name, window, layout, prompt, uncond, compile=args.backend)
+        setup = time.perf_counter() - t0
+        s = run_preset(model, name, window, layout, prompt, uncond, compile=args.backend)
+        iters = max(len(s.committed), 1)
+        block = block_size(parse_variant(name).build(window), layout)
+        fwd = best_forward_ms(report, block)
+        wall_ms = 1e3 * s.wall_time / iters
+        result["runs"].append(
+            {
+                "method": name,
+                "window": window,
+                "step": "compiled",
                 "block": block,
                 "nfe": s.nfe,
                 "iterations": iters,
                 "wall_s": s.wall_time,
-                "forward_s": s.forward_time,
-                "overhead_s": over,
-                "overhead_share": over / s.wall_time if s.wall_time else None,
-                "overhead_ms_per_iter": 1000 * over / iters,
-                "forward_ms_per_iter": 1000 * s.forward_time / iters,
-                "mean_accepted": getattr(s, "mean_accepted", None),
-                "histogram": {str(k): v for k, v in s.histogram().items()},
+                "wall_ms_per_iter": wall_ms,
+                "graphed_forward_ms": fwd,
+                "bookkeeping_ms_per_iter": None if fwd is None else wall_ms - fwd,
+                "compile_s": setup,
             }
         )
-    if not result["runs"]:
-        raise RuntimeError(
-            f"no preset ran: {len(result['errors'])} errors, {len(result['skipped'])} skipped"
-            + (f"; first error:\n{result['errors'][0]['error']}" if result["errors"] else "")
-        )
-    result["status"] = "partial" if result["errors"] or result["skipped"] else "ok"
+        write_partial(result)
+    result["status"] = "partial" if result["skipped"] else "ok"
 
 
-# --- part c: the embedded model's bench ----------------------------------------------------------
+# --- e: the embedded model ------------------------------------------------------------------------
 
 
-def embedded_bench(
-    out: Path, device: str, methods: str, windows: str, prompts: int, timeout: float, keep_plots: bool, result
-):
+def embedded_bench(out: Path, args, result):
     dest = out / "embedded"
     cmd = [
         sys.executable,
@@ -365,22 +399,24 @@ def embedded_bench(
         "--model",
         "default",
         "--methods",
-        methods,
+        args.embedded_methods,
         "--window",
-        windows,
+        args.embedded_windows,
         "--prompts",
-        str(prompts),
+        str(args.embedded_prompts),
         "--device",
-        device,
+        args.device,
+        "--compile",
+        *([] if args.backend is True else ["--compile-backend", args.backend]),
         "--out",
         str(dest),
     ]
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(REPO / "src"), *filter(None, [env.get("PYTHONPATH")])])
-    result.update(command=["jacobigen", *cmd[3:]], timeout_s=timeout)
+    result.update(command=["jacobigen", *cmd[3:]], timeout_s=args.embedded_timeout)
     t0 = time.perf_counter()
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=REPO)
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.embedded_timeout, env=env, cwd=REPO)
     except subprocess.TimeoutExpired as e:
         tail = (e.stdout or b"").decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
         result.update(status="timeout", seconds=time.perf_counter() - t0, output_tail=tail[-2000:])
@@ -388,35 +424,57 @@ def embedded_bench(
     result.update(
         returncode=proc.returncode, seconds=time.perf_counter() - t0, output_tail=(proc.stdout + proc.stderr)[-2000:]
     )
-    if not keep_plots:  # the lent machine returns at most 8 files: keep bench.json and bench.md
-        for png in dest.glob("*.png"):
-            png.unlink()
+    for extra in [*dest.rglob("*.png"), *dest.glob("*/*")]:  # the lent machine returns at most 8 files:
+        extra.unlink()  # keep the top bench.json (every setting) and bench.md
     if proc.returncode != 0:
         raise RuntimeError(f"jacobigen bench exited with {proc.returncode}:\n{(proc.stdout + proc.stderr)[-1500:]}")
     bench = json.loads((dest / "bench.json").read_text())
-    result["rows"] = [
-        {
-            k: r.get(k)
-            for k in (
-                "method",
-                "window",
-                "lossless",
-                "nfe",
-                "wall",
-                "forward",
-                "step_compression",
-                "latency_speedup",
-                "overhead_share",
-                "nodes",
-                "tokens_per_node",
-                "sibling_tokens",
-            )
-        }
-        for r in bench.get("rows", [])
-    ]
+    keys = ("method", "window", "lossless", "nfe", "wall", "step_compression", "latency_speedup")
+    keys += ("graph_breaks", "recompiles", "tokens_equal_eager")
+    result["rows"] = [{k: r.get(k) for k in keys} for r in bench.get("rows", [])]
+    result["baseline"] = bench.get("baseline")
+
+
+# --- f: Lumina-mGPT-7B at 768 px ------------------------------------------------------------------
+
+
+def projection(report: dict, result):
+    """Seconds per image = forwards (2,357 / step compression) x (forward of the block + bookkeeping)."""
+    runs = report.get("overhead", {}).get("runs", [])
+    compiled = report.get("compiled", {}).get("runs", [])
+    keep = {"ar": "ar", "sjd": "sjd", "scd": "scd-mc", "sjd-pac": "sjd-pac"}
+    result["rows"] = []
+    for paper, (compression, published) in PAPERS.items():
+        method = keep[paper]
+        ours = [r for r in runs if r["method"] == method]
+        mine = min(ours, key=lambda r: r["window"], default=None) if paper == "ar" else None
+        mine = mine or next((r for r in ours if r["window"] == 32), None) or (ours[0] if ours else None)
+        block = 1 if paper == "ar" else 32
+        fwd = best_forward_ms(report, block)
+        book = mine["bookkeeping_ms_per_iter"] if mine else None
+        comp = next((r for r in compiled if r["method"] == method), None)
+        book_c = comp["bookkeeping_ms_per_iter"] if comp else None
+        forwards = LUMINA_768 / compression
+        row = {"method": paper, "step_compression": compression, "forwards": forwards, "forward_ms": fwd}
+        row["published_s"] = published
+        if fwd is not None and book is not None:
+            row["seconds_eager_step"] = forwards * (fwd + book) / 1e3
+        if fwd is not None and book_c is not None:
+            row["seconds_compiled_step"] = forwards * (fwd + max(book_c, 0.0)) / 1e3
+        if fwd is not None:
+            row["seconds_forward_only"] = forwards * fwd / 1e3
+        result["rows"].append(row)
 
 
 # --- report ---------------------------------------------------------------------------------------
+
+_REPORT: dict = {}
+_OUT: list[Path] = []
+
+
+def write_partial(_result=None) -> None:
+    if _OUT:
+        write(_REPORT, _OUT[0])
 
 
 def fmt(x, spec=".3g"):
@@ -428,73 +486,95 @@ def markdown(report: dict) -> str:
     lines = [
         f"# GPU measurements ({'tiny' if m['tiny'] else 'Lumina-mGPT-7B shape'}, {m['device_name']})",
         "",
-        f"torch {m['torch']}, transformers {m.get('transformers', '-')}, jacobigen {m['jacobigen']} "
-        f"({m['git']}), {m['started']}, {fmt(m.get('total_seconds'), '.0f')} s in all.",
+        f"torch {m['torch']}, jacobigen {m['jacobigen']} ({m['git']}), {m['started']}, "
+        f"{fmt(m.get('total_seconds'), '.0f')} s in all.",
         "",
     ]
     mod = report.get("model", {})
     if mod.get("params"):
         lines += [
-            f"Model: random weights, {mod['params'] / 1e6:,.1f} M parameters "
-            f"({mod['params_without_vq'] / 1e6:,.1f} M without the VQ), {mod['dtype']}, "
-            f"{mod['attn_implementation']}, built in {mod['build_seconds']:.1f} s.",
+            f"Model: our decoder, random weights, {mod['params'] / 1e6:,.1f} M parameters "
+            f"({mod['weight_bytes'] / 1e9:.2f} GB), {mod['dtype']}, built in {mod['build_seconds']:.1f} s.",
             "",
         ]
-    for key in ("model", "cost_curve", "overhead", "embedded"):
+    for key in ("model", "bandwidth", "forward", "plain", "overhead", "compiled", "embedded", "table"):
         part = report.get(key, {})
         if part.get("status") in ("error", "timeout"):
             lines += [f"**{key}: {part['status']}**", "", "```", (part.get("error") or "").strip()[-1200:], "```", ""]
-    c = report.get("cost_curve", {})
-    if c.get("points"):
+    bw = report.get("bandwidth", {})
+    if bw.get("gbps"):
+        lines += [f"Device copy: {bw['gbps']:.0f} GB/s (read + write); datasheet {DATASHEET_TBPS} TB/s.", ""]
+    f = report.get("forward", {})
+    if f.get("points"):
         lines += [
-            f"## Forward cost ({c['rows']} rows, {c['context']} cached tokens, capacity {c['capacity']}, "
-            f"median of {c['reps']})",
+            f"## Forward ({f['rows']} rows, {f['context']} cached tokens, capacity {f['capacity']}, median of "
+            f"{f['reps']}; weights {f['weight_bytes'] / 1e9:.2f} GB read in {f['weight_read_ms']:.2f} ms, "
+            f"weights + cache in {f['read_ms']:.2f} ms at {DATASHEET_TBPS} TB/s)",
             "",
-            "| block | ms / forward | min ms | vs block 1 | tokens/s | mask ms |",
-            "|---|---|---|---|---|---|",
+            "| variant | block | ms / forward | min ms | x weight read | GB/s | vs block 1 | setup s |",
+            "|---|---|---|---|---|---|---|---|",
         ]
         lines += [
-            f"| {p['block']} | {1e3 * p['median_s']:.2f} | {1e3 * p['min_s']:.2f} | {fmt(p['vs_block1'], '.2f')} "
-            f"| {p['tokens_per_s']:.0f} | {1e3 * p['mask_s']:.3f} |"
-            for p in c["points"]
+            f"| {p['variant']} | {p['block']} | {p['median_ms']:.2f} | {p['min_ms']:.2f} | "
+            f"{p['vs_weight_read']:.2f} | {p['gbps']:.0f} | {fmt(p.get('vs_block1'), '.2f')} | {p['setup_s']:.1f} |"
+            for p in f["points"]
+        ]
+        lines += [""]
+    pl = report.get("plain", {})
+    if pl.get("runs"):
+        lines += [f"## Plain loop ({pl['tokens']} tokens, CFG pair)", "", "| variant | s / image | ms / token |"]
+        lines += ["|---|---|---|"] + [
+            f"| {r['variant']} | {r['seconds']:.2f} | {r['ms_per_token']:.2f} |" for r in pl["runs"]
         ]
         lines += [""]
     o = report.get("overhead", {})
-    if o.get("runs"):
-        lay = o["layout"]
+    c = report.get("compiled", {})
+    if o.get("runs") or c.get("runs"):
         lines += [
-            f"## Per-iteration overhead ({lay['rows']}x{lay['cols']} + EOL = {lay['length']} tokens, "
-            f"prompt {o['prompt_tokens']} tokens, CFG {o['sampling'].get('cfg')}, top-k "
-            f"{o['sampling'].get('top_k')})",
+            "## Bookkeeping per iteration (wall minus forward)",
             "",
-            "| method | window | block | nfe | wall s | forward s | overhead share | overhead ms/iter "
-            "| forward ms/iter | tokens/forward |",
-            "|---|---|---|---|---|---|---|---|---|---|",
+            "| method | window | step | block | nfe | wall s | forward ms/iter | bookkeeping ms/iter |",
+            "|---|---|---|---|---|---|---|---|",
         ]
-        lines += [
-            f"| {r['method']} | {r['window']} | {fmt(r['block'], 'd')} | {r['nfe']} | {r['wall_s']:.2f} | "
-            f"{r['forward_s']:.2f} | {fmt(r['overhead_share'], '.1%')} | {r['overhead_ms_per_iter']:.2f} | "
-            f"{r['forward_ms_per_iter']:.2f} | {fmt(r['mean_accepted'], '.2f')} |"
-            for r in o["runs"]
-        ]
-        for s in o.get("skipped", []):
+        for r in o.get("runs", []) + c.get("runs", []):
+            fwd = r.get("forward_ms_per_iter", r.get("graphed_forward_ms"))
+            lines.append(
+                f"| {r['method']} | {r['window']} | {r['step']} | {r['block']} | {r['nfe']} | {r['wall_s']:.2f} | "
+                f"{fmt(fwd, '.2f')} | {fmt(r['bookkeeping_ms_per_iter'], '.2f')} |"
+            )
+        for s in o.get("skipped", []) + c.get("skipped", []):
             lines.append(f"\nskipped (budget): {s['method']} window {s['window']}")
-        for e in o.get("errors", []):
-            lines.append(f"\nerror: {e['method']} window {e['window']}: {e['error'].strip().splitlines()[-1]}")
         lines += [""]
     e = report.get("embedded", {})
     if e.get("rows"):
         lines += [
-            "## Embedded model bench (`" + " ".join(e["command"]) + "`)",
+            "## Embedded model, compiled step (`" + " ".join(e["command"]) + "`)",
             "",
-            "| method | window | nfe | wall s | step compression | latency speedup | overhead share |",
-            "|---|---|---|---|---|---|---|",
+            "| method | window | nfe | wall s | step compression | latency speedup | graph breaks | recompiles "
+            "| tokens = eager |",
+            "|---|---|---|---|---|---|---|---|---|",
         ]
         lines += [
             f"| {r['method']} | {r['window']} | {fmt(r['nfe'], '.1f')} | {fmt(r['wall'], '.3f')} | "
             f"{fmt(r['step_compression'], '.2f')} | {fmt(r['latency_speedup'], '.2f')} | "
-            f"{fmt(r['overhead_share'], '.1%')} |"
+            f"{fmt(r.get('graph_breaks'), 'd')} | {fmt(r.get('recompiles'), 'd')} | {r.get('tokens_equal_eager')} |"
             for r in e["rows"]
+        ]
+        lines += [""]
+    t = report.get("table", {})
+    if t.get("rows"):
+        lines += [
+            "## Lumina-mGPT-7B, 768 px (2,357 tokens): seconds per image",
+            "",
+            "| method | step compression | forwards | forward ms | eager step s | compiled step s | forward only s "
+            "| published s |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
+        lines += [
+            f"| {r['method']} | {r['step_compression']} | {r['forwards']:.0f} | {fmt(r['forward_ms'], '.2f')} | "
+            f"{fmt(r.get('seconds_eager_step'), '.1f')} | {fmt(r.get('seconds_compiled_step'), '.1f')} | "
+            f"{fmt(r.get('seconds_forward_only'), '.1f')} | {fmt(r['published_s'], '.0f')} |"
+            for r in t["rows"]
         ]
         lines += [""]
     return "\n".join(lines)
@@ -502,32 +582,8 @@ def markdown(report: dict) -> str:
 
 def write(report: dict, out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
-    (out / "measure.json").write_text(json.dumps(report, indent=1))
+    (out / "measure.json").write_text(json.dumps(report, indent=1, default=str))
     (out / "measure.md").write_text(markdown(report))
-
-
-def summary(report: dict) -> str:
-    lines = [f"== measure.py: {report['meta'].get('total_seconds', 0):.0f} s, {report['meta']['device_name']}"]
-    c = report.get("cost_curve", {})
-    pts = " ".join(f"{p['block']}:{1e3 * p['median_s']:.1f}" for p in c.get("points", []))
-    lines.append(f"cost_curve [{c.get('status')}] ms/forward by block: {pts}")
-    o = report.get("overhead", {})
-    lines.append(
-        f"overhead [{o.get('status')}] {len(o.get('runs', []))} runs, {len(o.get('skipped', []))} skipped, "
-        f"{len(o.get('errors', []))} errors"
-    )
-    for r in o.get("runs", []):
-        lines.append(
-            f"  {r['method']:>14} w{r['window']:<3} nfe {r['nfe']:>4}  overhead "
-            f"{r['overhead_ms_per_iter']:6.2f} ms/iter ({fmt(r['overhead_share'], '.0%')})  forward "
-            f"{r['forward_ms_per_iter']:6.2f} ms/iter"
-        )
-    e = report.get("embedded", {})
-    lines.append(
-        f"embedded [{e.get('status')}] "
-        + " ".join(f"{r['method']}/w{r['window']}:x{fmt(r['latency_speedup'], '.2f')}" for r in e.get("rows", []))
-    )
-    return "\n".join(lines)
 
 
 # --- main -----------------------------------------------------------------------------------------
@@ -541,30 +597,28 @@ def parse(argv=None):
     p = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
     )
-    p.add_argument(
-        "--out", type=Path, default=None, help="output folder (default: $OUT if set, else benchmarks/gpu/out)"
-    )
+    p.add_argument("--out", type=Path, default=None, help="output folder (default: $OUT, else benchmarks/gpu/out)")
     p.add_argument("--device", default=None, help="cuda or cpu (default: cuda when available)")
-    p.add_argument("--tiny", action="store_true", help="tiny Chameleon, small cache and image (CI, CPU)")
-    p.add_argument("--sizes", type=ints, default=None, help="block sizes of the cost curve")
-    p.add_argument("--context", type=int, default=None, help="cached tokens per row for the cost curve")
+    p.add_argument("--tiny", action="store_true", help="a 2-layer model, small cache and image (CI, CPU)")
+    p.add_argument("--sizes", type=ints, default=None, help="block sizes of the forward curve")
+    p.add_argument("--compiled-sizes", type=ints, default=None, help="block sizes of the compiled forward")
+    p.add_argument("--context", type=int, default=None, help="cached tokens per row")
     p.add_argument("--reps", type=int, default=None, help="timed forwards per block size (median)")
-    p.add_argument("--grid", type=int, default=None, help="image side in tokens for the overhead runs")
-    p.add_argument("--windows", type=ints, default=[16, 32])
-    p.add_argument("--methods", default=None, help="comma-separated presets (default: every lossless one)")
-    p.add_argument("--budget-curve", type=float, default=None, help="seconds for part a")
-    p.add_argument("--budget-overhead", type=float, default=None, help="seconds for part b")
-    p.add_argument("--skip-curve", action="store_true")
-    p.add_argument("--skip-overhead", action="store_true")
+    p.add_argument("--grid", type=int, default=None, help="image side in tokens for the plain loop and presets")
+    p.add_argument("--windows", type=ints, default=[32])
+    p.add_argument("--methods", default=PRESETS, help="presets for the bookkeeping part")
+    p.add_argument("--compiled-methods", default=COMPILED_PRESETS, help="presets run with the step compiled")
+    for part in ("forward", "plain", "overhead", "compiled"):
+        p.add_argument(f"--budget-{part}", type=float, default=None, help=f"seconds for the {part} part")
+        p.add_argument(f"--skip-{part}", action="store_true")
+    p.add_argument("--backend", default=True, help="torch.compile backend (default inductor; eager: trace only)")
     p.add_argument("--skip-embedded", action="store_true")
-    p.add_argument("--embedded-timeout", type=float, default=None, help="seconds for part c")
-    p.add_argument("--embedded-methods", default=f"sjd,scd-mc,scd-gs,sjd-pac,{REFERENCE_TREE}")
-    p.add_argument("--embedded-windows", default="16,32")
+    p.add_argument("--embedded-timeout", type=float, default=None)
+    p.add_argument("--embedded-methods", default="ar,sjd,scd-mc,scd-gs,sjd-pac,pjd")
+    p.add_argument("--embedded-windows", default="32")
     p.add_argument("--embedded-prompts", type=int, default=2)
-    p.add_argument("--keep-plots", action="store_true", help="keep the embedded bench's PNGs")
     args = p.parse_args(argv)
-    d = TINY if args.tiny else FULL
-    for k, v in d.items():
+    for k, v in (TINY if args.tiny else FULL).items():
         if getattr(args, k, None) is None:
             setattr(args, k, v)
     args.out = args.out or Path(os.environ.get("OUT") or REPO / "benchmarks" / "gpu" / "out")
@@ -574,16 +628,9 @@ def parse(argv=None):
 
 def git_describe() -> str:
     try:
-        rev = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True, timeout=10
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"],
-            cwd=REPO,
-            capture_output=True,
-            text=True,
-            timeout=10,
-        ).stdout.strip()
+        run = dict(cwd=REPO, capture_output=True, text=True, timeout=10)
+        rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], **run).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], **run).stdout.strip()
         return (rev + ("+dirty" if dirty else "")) or "unknown"
     except Exception:
         return "unknown"
@@ -594,31 +641,32 @@ def main(argv=None) -> dict:
     t_start = time.perf_counter()
     device = torch.device(args.device)
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"CPU x{os.cpu_count()}"
-    report = {
-        "meta": {
-            "tiny": args.tiny,
-            "device": str(device),
-            "device_name": name,
-            "torch": torch.__version__,
-            "cuda": torch.version.cuda,
-            "python": platform.python_version(),
-            "jacobigen": jacobigen.__version__,
-            "git": git_describe(),
-            "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            "threads": torch.get_num_threads(),
-            "argv": sys.argv[1:] if argv is None else list(argv),
-        }
+    report = _REPORT
+    report.clear()
+    _OUT[:] = [out]
+    report["meta"] = {
+        "tiny": args.tiny,
+        "device": str(device),
+        "device_name": name,
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "python": platform.python_version(),
+        "jacobigen": jacobigen.__version__,
+        "git": git_describe(),
+        "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "threads": torch.get_num_threads(),
+        "argv": sys.argv[1:] if argv is None else list(argv),
     }
-    report["model"] = {"status": "pending"}
-    report["cost_curve"] = {"status": "skipped" if args.skip_curve else "pending"}
-    report["overhead"] = {"status": "skipped" if args.skip_overhead else "pending"}
-    report["embedded"] = {"status": "skipped" if args.skip_embedded else "pending"}
+    for key in ("model", "bandwidth", "forward", "plain", "overhead", "compiled", "embedded", "table"):
+        report[key] = {"status": "pending"}
     write(report, out)
 
-    def part(key, fn):
+    def part(key, fn, skip=False):
         res = report[key]
+        if skip:
+            res["status"] = "skipped"
+            return
         t0 = time.perf_counter()
         try:
             fn(res)
@@ -633,70 +681,35 @@ def main(argv=None) -> dict:
         write(report, out)
         print(f"[{key}] {res['status']} in {res['seconds']:.1f} s", flush=True)
 
-    model = None
-    if not (args.skip_curve and args.skip_overhead):
+    held: dict = {}
 
-        def make(res):
-            nonlocal model
-            report["meta"]["transformers"] = transformers_version_ok()
-            model, info = build_model(SHAPE_TINY if args.tiny else SHAPE_7B, device)
-            res.update(info, shape="tiny" if args.tiny else "lumina-mgpt-7b")
+    def make(res):
+        held["model"], info = build_model(TINY_SHAPE if args.tiny else lumina_7b_config(), device)
+        res.update(info, shape="tiny" if args.tiny else "lumina-mgpt-7b")
 
-        part("model", make)
-    else:
-        report["model"]["status"] = "skipped"
-
-    for key, skip, fn in [
-        (
-            "cost_curve",
-            args.skip_curve,
-            lambda res: cost_curve(
-                model, device, args.sizes, args.context, 2, args.reps, args.warmup, args.budget_curve, res
-            ),
-        ),
-        (
-            "overhead",
-            args.skip_overhead,
-            lambda res: preset_overhead(
-                model,
-                device,
-                report["model"],
-                args.grid,
-                args.windows,
-                split_variants(args.methods) if args.methods else None,
-                args.budget_overhead,
-                res,
-            ),
-        ),
+    part("model", make)
+    part("bandwidth", lambda res: bandwidth(device, args.tiny, res))
+    model = held.get("model")
+    for key, fn in [
+        ("forward", lambda res: forward_curve(model, report["model"], device, args, res)),
+        ("plain", lambda res: plain(model, device, args, res)),
+        ("overhead", lambda res: overhead(model, device, args, res, report)),
     ]:
-        if skip:
-            continue
-        if model is None:
-            report[key].update(status="error", error="no model: see model.error")
-            write(report, out)
-            continue
-        part(key, fn)
-
-    model = None  # frees the big model before the embedded bench
+        part(key, fn, skip=model is None or getattr(args, f"skip_{key}"))
+    model = None
+    held.clear()
     free_memory(device)
-    if not args.skip_embedded:
-        part(
-            "embedded",
-            lambda res: embedded_bench(
-                out,
-                args.device,
-                args.embedded_methods,
-                args.embedded_windows,
-                args.embedded_prompts,
-                args.embedded_timeout,
-                args.keep_plots,
-                res,
-            ),
-        )
+    part("embedded", lambda res: embedded_bench(out, args, res), skip=args.skip_embedded)
+    if not args.skip_compiled:  # last: compiling a 7B step is the part whose cost is least known
+        held["model"], _ = build_model(TINY_SHAPE if args.tiny else lumina_7b_config(), device)
+        part("compiled", lambda res: compiled_overhead(held["model"], device, args, res, report))
+        held.clear()
+    else:
+        report["compiled"]["status"] = "skipped"
+    part("table", lambda res: projection(report, res))
     report["meta"]["total_seconds"] = time.perf_counter() - t_start
     write(report, out)
-    print(summary(report), flush=True)
-    print(f"wrote {out}/measure.json and measure.md", flush=True)
+    print(markdown(report), flush=True)
     return report
 
 

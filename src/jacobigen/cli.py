@@ -303,6 +303,13 @@ def decoding_options(default_model: str, model_help: str):
 @click.option(
     "--trace", is_flag=True, help="Also write OUT's stem + .trace.png: which iteration committed each token, per image."
 )
+@click.option(
+    "--compile",
+    "compile_step",
+    is_flag=True,
+    help="Run each decode step as one torch.compile graph: the same tokens; the first image of each block shape "
+    "pays the compilation (tens of seconds), later ones run faster.",
+)
 @THREADS
 @TRUST
 def generate(
@@ -331,10 +338,13 @@ def generate(
     progress,
     threads,
     trace,
+    compile_step,
     trust_checkpoint,
 ):
     """Generate images for PROMPTS and report how many forward passes it took."""
     jobs_run = prompts_file is not None or use_ray
+    if compile_step and jobs_run:
+        raise click.UsageError("--compile applies to one sheet; --prompts/--ray runs decode eagerly")
     _check_combination(prompts, prompts_file, use_ray, address, out, stats_path, threads, trace)
     options = options_of(options)
     sampling = {
@@ -391,7 +401,7 @@ def generate(
         progress,
         threads,
         trace,
-        dict(method=method, window=window, batch_size=batch_size, **options, **sampling),
+        dict(method=method, window=window, batch_size=batch_size, compile=compile_step, **options, **sampling),
     )
 
 
@@ -745,8 +755,14 @@ def _variants(ctx, param, value):
     "--compile",
     "use_compile",
     is_flag=True,
-    help="Also run the bench with the model forward under torch.compile(dynamic=True), in "
-    "OUT/threads-N-compiled/, compared against compiled ar and the compiled plain loop.",
+    help="Also run the bench with every decode step compiled as one graph (torch.compile, fullgraph), in "
+    "OUT/threads-N-compiled/, against compiled ar and the compiled plain loop; each row records its graphs, "
+    "recompiles after the first image, graph breaks and whether its tokens equal eager's.",
+)
+@click.option(
+    "--compile-backend",
+    default=None,
+    help="torch.compile backend for --compile (default inductor; 'eager' traces without generating code).",
 )
 @TRUST
 def bench(
@@ -761,6 +777,7 @@ def bench(
     out_dir,
     thread_counts,
     use_compile,
+    compile_backend,
     trust_checkpoint,
 ):
     """Compare methods on the same prompts and seeds; write bench.json and bench.md."""
@@ -773,6 +790,8 @@ def bench(
         raise click.BadParameter("--prompts and --seeds must be >= 1")
     if n_fid == 1:
         raise click.BadParameter("FID needs at least 2 images", param_hint="--fid")
+    if compile_backend is not None and not use_compile:
+        raise click.BadParameter("--compile-backend needs --compile", param_hint="--compile-backend")
     check_writable(out_dir, "--out", folder=True)
     pipe = load_pipeline(model_spec, device, trust_checkpoint)
     if pipe.note:
@@ -791,7 +810,7 @@ def bench(
     results = run_settings(
         pipe,
         thread_counts or [None],
-        use_compile,
+        (compile_backend or True) if use_compile else False,
         method_names,
         windows,
         prompts,

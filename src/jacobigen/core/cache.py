@@ -29,6 +29,7 @@ class KVCache:
         self.lengths = torch.zeros(rows, dtype=torch.int64, device=device)
         self.capacity = capacity
         self._index: torch.Tensor | None = None
+        self._rows: torch.Tensor | None = None
 
     @property
     def rows(self) -> int:
@@ -37,16 +38,19 @@ class KVCache:
     def slots(self, block: int) -> torch.Tensor:
         """Cache slots [rows, block] that a block of this size will occupy. No host sync: the
         decoders size the cache for the longest sequence, and an overflowing index makes the
-        scatter in :meth:`update` fail rather than write out of place."""
+        write in :meth:`update` fail rather than land out of place."""
         return self.lengths[:, None] + torch.arange(block, device=self.lengths.device)
 
     def update(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Write a block's keys/values [rows, heads, T, dim] after each row's length; return all slots.
-        Layer 0 computes the scatter index that the other layers of the same forward reuse."""
-        if layer == 0 or self._index is None or self._index.shape[2] != k.shape[2]:
-            self._index = self.slots(k.shape[2])[:, None, :, None].expand(-1, k.shape[1], -1, k.shape[3])
-        self.keys[layer].scatter_(2, self._index, k.to(self.keys[layer].dtype))
-        self.values[layer].scatter_(2, self._index, v.to(self.values[layer].dtype))
+        Layer 0 computes the slot index that the other layers of the same forward reuse."""
+        if layer == 0 or self._index is None or self._index.shape[1] != k.shape[2]:
+            self._index = self.slots(k.shape[2])
+            self._rows = torch.arange(self.rows, device=self._index.device)[:, None]
+        # an index_put_ (not a scatter_): compiled, it stays a write into the buffer instead of a
+        # copy of the whole cache per layer
+        self.keys[layer][self._rows, :, self._index] = k.transpose(1, 2).to(self.keys[layer].dtype)
+        self.values[layer][self._rows, :, self._index] = v.transpose(1, 2).to(self.values[layer].dtype)
         return self.keys[layer], self.values[layer]
 
     def assign(self, rows: torch.Tensor, other: KVCache) -> None:
@@ -67,9 +71,8 @@ class KVCache:
         counts = counts.to(self.lengths.device)
         if keep is not None and keep.shape[1]:
             keep = keep.to(self.lengths.device)
-            src = (self.lengths[:, None] + keep)[:, None, :, None]
-            dst = self.slots(keep.shape[1])[:, None, :, None]
+            src, dst = self.lengths[:, None] + keep, self.slots(keep.shape[1])
+            rows = torch.arange(self.rows, device=src.device)[:, None]
             for buf in (*self.keys, *self.values):
-                s = src.expand(-1, buf.shape[1], -1, buf.shape[3])
-                buf.scatter_(2, dst.expand_as(s), buf.gather(2, s))
+                buf[rows, :, dst] = buf[rows, :, src]
         self.lengths = self.lengths + counts

@@ -20,6 +20,8 @@ import math
 import numpy as np
 import torch
 
+from .kernels import cumsum
+
 _MASK32 = 0xFFFFFFFF
 
 
@@ -86,6 +88,9 @@ _SMALL = 4096
 
 
 def _on_cpu(keys) -> bool:
+    """Keys a host-side hash may take: CPU tensors, outside a compiled graph (which traces torch only)."""
+    if torch.compiler.is_compiling():
+        return False
     return all(k.device.type == "cpu" for k in keys if torch.is_tensor(k))
 
 
@@ -165,7 +170,7 @@ def categorical(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     Zero-probability ids are never returned: the target stays strictly below the total mass, also
     when rounding would push ``u * total`` onto it, so the first bin above it has mass.
     """
-    cdf = probs.to(torch.float64).cumsum(-1)
+    cdf = cumsum(probs.to(torch.float64))
     total = cdf[..., -1:]
     target = torch.minimum(u.unsqueeze(-1) * total, torch.nextafter(total, torch.zeros_like(total)))
     return torch.searchsorted(cdf, target, right=True).squeeze(-1)

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import torch
 
 from .checks import integer, number
+from .kernels import cumsum
 
 # temperature and top-p act within float32's normal range: below it one would round to 0 (greedy
 # either way), above it to inf (uniform either way), and either would turn a probability into NaN
@@ -75,7 +76,7 @@ def target_probs(
         probs = logits.softmax(-1)
     if sampling.top_p is not None and sampling.top_p < 1:
         sorted_p, order = probs.sort(-1, descending=True)
-        before = sorted_p.cumsum(-1) - sorted_p
+        before = cumsum(sorted_p) - sorted_p
         drop = torch.zeros_like(probs, dtype=torch.bool).scatter_(-1, order, before >= max(sampling.top_p, _TINY))
         probs = probs.masked_fill(drop, 0.0)
         probs = probs / probs.sum(-1, keepdim=True)

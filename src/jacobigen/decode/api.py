@@ -32,8 +32,9 @@ def make_decoder(
     parts: Parts,
     timing: bool = False,
     latents: torch.Tensor | None = None,
+    compile: bool | str = False,
 ) -> JacobiDecoder:
-    return JacobiDecoder(model, layout, sampling, parts, timing, latents)
+    return JacobiDecoder(model, layout, sampling, parts, timing, latents, compile)
 
 
 def _ids(row, name: str) -> list:
@@ -102,6 +103,7 @@ def generate(
     batch_size: int | None = None,
     timing: bool = False,
     latents: torch.Tensor | None = None,
+    compile: bool | str = False,
     **options,
 ) -> Generation:
     """Sample image token grids for one prompt (list of ids) or a batch of prompts.
@@ -115,8 +117,10 @@ def generate(
     ``timing=True`` syncs an accelerator around each forward so that ``stats.forward_time`` is
     real (on a CPU it always is; on a GPU it is None otherwise, and the loop never waits).
     ``latents`` [image ids, d] place the image ids for GSD/LANTERN's neighbours (a VQ codebook;
-    default: the model's output embedding rows). Extra keyword ``options`` go to the method's
-    parts (see ``jacobigen methods``).
+    default: the model's output embedding rows). ``compile=True`` runs each decode step as one
+    ``torch.compile`` graph (a backend name picks another backend); the tokens are the same, the
+    first image of each block shape pays the compilation. Extra keyword ``options`` go to the
+    method's parts (see ``jacobigen methods``).
     """
     spec = get_method(method)
     window = integer("window", window, 1)
@@ -127,9 +131,13 @@ def generate(
         )
     if batch_size is not None:
         batch_size = integer("batch_size", batch_size, 1)
+    if not isinstance(compile, (bool, str)) or compile == "":
+        raise ConfigError(f"compile must be True, False or a torch.compile backend name, got {compile!r}")
     sampling = SamplingConfig(temperature=temperature, top_k=top_k, top_p=top_p, cfg=cfg)
     rows, seeds = prompt_rows(prompt, seed, uncond, sampling.guided)
     parts = spec.build(window, **options)
-    tokens, stats = make_decoder(model, layout, sampling, parts, timing, latents).run(rows, seeds, progress, batch_size)
+    tokens, stats = make_decoder(model, layout, sampling, parts, timing, latents, compile).run(
+        rows, seeds, progress, batch_size
+    )
     stats.lossless = spec.lossless
     return Generation(tokens, layout.grid(tokens), stats, spec)

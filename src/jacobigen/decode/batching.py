@@ -19,6 +19,10 @@ from ..core.limits import batch_that_fits
 from ..core.stats import DecodeStats
 from .engine import Engine, Flight, model_rows
 
+# cache slots per row come in steps of this many, so that prompts of similar lengths share the
+# shapes of every tensor the step sees (a compiled step compiles once for all of them)
+CAPACITY_STEP = 64
+
 
 def decode(
     engine: Engine,
@@ -50,7 +54,7 @@ def _decode(engine: Engine, prefixes, seeds, batch_size, on_progress):
     if any(t < 0 or t >= model.vocab_size for p in prefixes for t in p):
         raise ConfigError(f"prompt token ids must lie in [0, {model.vocab_size})")
 
-    capacity = longest + length + sched.block_slack
+    capacity = -(-(longest + length + sched.block_slack) // CAPACITY_STEP) * CAPACITY_STEP
     b = batch_that_fits(model, dev, total, batch_size, group, capacity, sched.slot_count, engine.parts.window)
     cache = model.new_cache(b * group, capacity)
     fl = _empty_flight(b, group, sched.board_width, length, dev)

@@ -32,7 +32,6 @@ class Chain:
         self.arange_w = torch.arange(w, device=device)
         self.depths = torch.arange(w + 1, device=device)
         self.positions = torch.arange(self.length, device=device)
-        self._empty: dict = {}  # _no_slots, _no_tree: (kind, rows) -> empty tensors
         self.band: BandMask | None = None
 
     @property
@@ -54,7 +53,6 @@ class Chain:
 
     def start(self, rows: int, vocab: int, cache) -> None:
         w, dev = self.drafts, self.device
-        self._empty = {}
         self.band = BandMask(causal(self.size, dev), cache.capacity)
         self.p = torch.zeros(rows, w + 1, vocab, device=dev)  # spine targets of the last forward
         self.tokens = torch.zeros(rows, w, dtype=torch.int64, device=dev)
@@ -65,6 +63,16 @@ class Chain:
         self.support = None if k is None else torch.zeros(rows, w + 1, k, dtype=torch.int64, device=dev)
         if self.auto:
             self.auto.start(rows, w, dev)
+        self._empties(rows)
+
+    def _empties(self, b: int) -> None:
+        """The empty slots and tree of a window without drafts, for b rows: made once per batch size
+        (a compiled step must not build a cache of them as it runs)."""
+        empty = torch.zeros(b, 0, dtype=torch.int64, device=self.device)
+        q = torch.zeros(b, 0, self.q.shape[-1], device=self.device)
+        self.no_slots = Slots(empty, q, empty.bool(), empty, q, empty.bool())
+        none = torch.zeros(b, 0, 1, dtype=torch.int64, device=self.device)
+        self.no_tree = none, none.bool()
 
     def admit(self, fl: Flight, rows: torch.Tensor, first: torch.Tensor, cache) -> None:
         fl.board[rows] = 0
@@ -79,13 +87,14 @@ class Chain:
             self.support = self.support[rows]
         if self.auto:
             self.auto.select(rows)
+        self._empties(rows.shape[0])
 
     # --- the step's parts -------------------------------------------------------------------
 
     def slots(self, fl: Flight) -> Slots:
         w, n = self.drafts, fl.committed
         if not w:  # plain AR: no window
-            return self._no_slots(n.shape[0])
+            return self.no_slots
         positions = n[:, None] + self.arange_w
         j = self.arange_w + self.step[:, None]  # where each slot's position sat in the last block
         live = fl.live[:, None]
@@ -97,24 +106,9 @@ class Chain:
             positions, belief, has_p, self.tokens.gather(1, jo), gather_rows(self.q, jo), (j < w) & live, support
         )
 
-    def _no_slots(self, b: int) -> Slots:
-        """Empty slots for b rows, made once per start (a per-instance cache: lru_cache on a method
-        would keep every finished schedule and its buffers alive)."""
-        if ("slots", b) not in self._empty:
-            empty = torch.zeros(b, 0, dtype=torch.int64, device=self.device)
-            q = torch.zeros(b, 0, self.q.shape[-1], device=self.device)
-            self._empty["slots", b] = Slots(empty, q, empty.bool(), empty, q, empty.bool())
-        return self._empty["slots", b]
-
-    def _no_tree(self, b: int) -> tuple[torch.Tensor, torch.Tensor]:
-        if ("tree", b) not in self._empty:
-            none = torch.zeros(b, 0, 1, dtype=torch.int64, device=self.device)
-            self._empty["tree", b] = none, none.bool()
-        return self._empty["tree", b]
-
     def segments(self, fl: Flight, slots: Slots, tokens: torch.Tensor, q: torch.Tensor) -> Segments:
         self.tokens, self.q = tokens, q
-        return Segments(Window(tokens, q, *self._no_tree(tokens.shape[0])), slots.positions, self.size)
+        return Segments(Window(tokens, q, *self.no_tree), slots.positions, self.size)
 
     def block(self, fl: Flight, seg: Segments, cache) -> Block:
         n, w = fl.committed, self.drafts
@@ -141,22 +135,25 @@ class Chain:
         )
 
     def _tree(self, seg: Segments, root: torch.Tensor, m: torch.Tensor):
-        """This iteration's trees (None when no row's tree holds a sibling: the chain's own path)."""
+        """This iteration's trees (None when no row's tree holds a sibling: the chain's own path).
+        A compiled step never reads the device here: it always lays out the tree, whose budget may
+        leave it without a sibling (then it verifies and commits exactly as the chain would)."""
         uni, win, w, d = self.universe, seg.window, self.drafts, self.levels
+        static = torch.compiler.is_compiling()
         if self.auto:
             self.auto.prepare(m)
             q = win.q[:, :d]
             spine_q = q.gather(-1, win.tokens[:, :d, None])[..., 0]
             top = q.topk(2, -1)
             runner_up = torch.where(top.indices[..., 0] == win.tokens[:, :d], top.values[..., 1], top.values[..., 0])
-            if not self.auto.worth_trying(spine_q, runner_up, self.cap, self.tree.width):
+            if not static and not self.auto.worth_trying(spine_q, runner_up, self.cap, self.tree.width):
                 return None
         ranking = rank_candidates(self.tree, uni, win, seg.positions, seg.drafting, m)
         count = ranking.available(self.cap)
         if self.auto:
             count = torch.minimum(count, self.auto.count(ranking.best, self.cap))
         nodes = select(uni, ranking, count, w - count)
-        if max(nodes.ranks) <= 1:
+        if not static and max(nodes.ranks) <= 1:
             return None
         win.tree = nodes
         self.tree_value = (ranking.values * ((nodes.index >= 0) & ~uni.spine)).sum(1)

@@ -21,6 +21,7 @@ from ..core.masks import block_mask, prefix_structure
 from ..core.rng import Stream
 from ..core.sampling import SamplingConfig, TargetPipeline
 from ..parts.verifiers import Window
+from .capture import captured
 
 
 def model_rows(rows: torch.Tensor, group: int) -> torch.Tensor:
@@ -104,14 +105,17 @@ class Engine:
         schedule,
         targets: TargetPipeline,
         timing: bool = False,
+        compile: bool | str = False,
     ):
         self.model, self.layout, self.parts, self.schedule = model, layout, parts, schedule
         self.device = model_device(model)
         self.last_position = model.max_seq_len - 1
         self.group = 2 if sampling.guided else 1
         self.targets_of = targets
-        self.timed = timing and self.device.type == "cuda"  # timing syncs only when asked
+        self.timed = timing and self.device.type == "cuda" and not compile  # timing syncs only when asked
         self.nfe, self.forward_time = 0, 0.0
+        self.compiled = bool(compile)
+        self._advance = captured(self._step, compile) if compile else self._step
 
     # --- model access -----------------------------------------------------------------------
 
@@ -124,7 +128,10 @@ class Engine:
         return self._run_model(tokens, positions, block.mask, cache, fl.base)
 
     def _run_model(self, tokens, positions, mask, cache, prompt_len: torch.Tensor) -> torch.Tensor:
-        """One forward; ``prompt_len`` [R]: each model row's prompt length, for a model that needs it."""
+        """One forward; ``prompt_len`` [R]: each model row's prompt length, for a model that needs it.
+        Inside a compiled step the forward is not timed apart (the step is one graph)."""
+        if torch.compiler.is_compiling():
+            return self.model(tokens, positions, mask, cache, **prompt_lengths(self.model, prompt_len))
         if self.timed:
             sync(self.device)
         t0 = time.perf_counter()
@@ -132,12 +139,14 @@ class Engine:
         if self.timed:
             sync(self.device)
         self.forward_time += time.perf_counter() - t0
-        self.nfe += 1
         return logits
 
     @property
     def measured_forward_time(self) -> float | None:
-        """Seconds in the model forward; None on an accelerator unless ``timing`` synced it."""
+        """Seconds in the model forward; None on an accelerator unless ``timing`` synced it, and in a
+        compiled step (the forward is part of its graph)."""
+        if self.compiled:
+            return None
         return self.forward_time if self.timed or self.device.type == "cpu" else None
 
     def prefill(self, prefixes: list[list[int]], cache, seeds: torch.Tensor) -> torch.Tensor:
@@ -152,6 +161,7 @@ class Engine:
         positions = torch.arange(width, device=self.device).expand_as(rows)
         mask = block_mask(cache.lengths, cache.capacity, prefix_structure(base, width))
         logits = self._run_model(rows, positions, mask, cache, base)
+        self.nfe += 1
         last = logits[torch.arange(len(prefixes), device=self.device), base - 1][:, None]
         if bool((last.isnan() | last.isposinf()).any()):  # -inf is how adapters rule ids out; one read per admission
             raise WeightsError(
@@ -169,6 +179,10 @@ class Engine:
         """Draft, forward once, verify, commit. ``running`` [B]: rows not finished.
         Returns the tokens each row committed [B]; the schedule's ``tally`` then holds the nodes
         each row evaluated and the tokens it committed from off-spine tree nodes [B]."""
+        self.nfe += 1
+        return self._advance(fl, cache, running)
+
+    def _step(self, fl: Flight, cache, running: torch.Tensor) -> torch.Tensor:
         sched, parts = self.schedule, self.parts
         slots = sched.slots(fl)
         drafting = fl.draws  # drafts come from the last forward, under its iteration

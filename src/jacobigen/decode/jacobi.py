@@ -35,10 +35,18 @@ class Parts:
 class JacobiDecoder:
     """Decodes sequences of one layout with one method's parts; each advances by its own accepted
     length. ``timing=True`` syncs an accelerator around each forward so that the forward time in
-    the stats is real (on a CPU it always is)."""
+    the stats is real (on a CPU it always is). ``compile`` runs the step as one compiled graph
+    (:mod:`.capture`)."""
 
     def __init__(
-        self, model, layout: ImageLayout, sampling: SamplingConfig, parts: Parts, timing: bool = False, latents=None
+        self,
+        model,
+        layout: ImageLayout,
+        sampling: SamplingConfig,
+        parts: Parts,
+        timing: bool = False,
+        latents=None,
+        compile: bool | str = False,
     ):
         if parts.window < 1:
             raise ConfigError(f"window must be >= 1, got {parts.window}")
@@ -49,7 +57,7 @@ class JacobiDecoder:
         else:
             schedule = Chain(layout, parts.window, parts.tree, targets, device)
         parts.verifier.bind(model, layout, latents)  # relaxed verifiers look up their neighbours once
-        self.engine = Engine(model, layout, sampling, parts, schedule, targets, timing)
+        self.engine = Engine(model, layout, sampling, parts, schedule, targets, timing, compile)
 
     def run(self, prefixes: list[list[int]], seeds: list[int], progress: bool = False, batch_size: int | None = None):
         """prefixes: one token list per model row (cond, uncond interleaved when guided);

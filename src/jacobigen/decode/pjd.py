@@ -164,6 +164,8 @@ class Rows:
         self.wd = window - 1
         if tree and tree.budget == "auto":
             raise ConfigError("tree_budget=auto sizes a tree inside the 1-D window; PJD's rows take a number or 'full'")
+        levels = tree.levels if tree else 0  # each segment's tree spans at most these depths
+        self.universes = {d: universe(d, tree.width, torch.device(device)) for d in range(1, levels + 1)}
         self.context = plan.context_for(layout.cols)
         self.segments_max = plan.segments(rows, layout.cols)
         self.row_start, self.row_len = lines.start, lines.length
@@ -213,7 +215,8 @@ class Rows:
             zeros.bool(),
             zeros,
             zeros - 1,
-            torch.zeros(rows, 1, 1, vocab, device=dev),
+            # the shape and strides a compiled step keeps: a view of each segment's targets, tree included
+            torch.zeros(rows, a, self.size(self.wd), vocab, device=dev)[:, :, : self.wd + 1],
             torch.zeros(rows, a, self.wd, dtype=torch.int64, device=dev),
             torch.zeros(rows, a, self.wd, vocab, device=dev),
         )
@@ -280,9 +283,12 @@ class Rows:
         was (its q still holds)."""
         plan = self.now = self.plan(self.cnt, self.uncached)
         a = plan.rows.shape[1]
-        self.a_t, self.w_t = torch.stack(
-            [(plan.in_block * torch.arange(1, a + 1, device=self.device)).max(), plan.w.max()]
-        ).tolist()
+        if torch.compiler.is_compiling():  # a compiled step keeps every segment slot: one block shape
+            self.a_t, self.w_t = a, self.wd
+        else:
+            self.a_t, self.w_t = torch.stack(
+                [(plan.in_block * torch.arange(1, a + 1, device=self.device)).max(), plan.w.max()]
+            ).tolist()
         b, wd = plan.rows.shape[0], self.wd
         i = torch.arange(wd, device=self.device)
         pos = self.row_start[plan.rows][..., None] + plan.cnt[..., None] + i
@@ -364,7 +370,7 @@ class Rows:
         """Each segment's tree over d depths after its w [S] drafts: the best ``tree_budget`` nodes
         by value."""
         win = seg.window
-        uni = universe(d, self.tree.width, torch.device(self.device))
+        uni = self.universes[d]
         ranking = rank_candidates(self.tree, uni, win, seg.positions, seg.drafting, w)
         win.tree = select(uni, ranking, ranking.available(self.tree.cap(d)), w)
         return arrange(win.tree, anchors, win.tokens, win.cand, seg.size)

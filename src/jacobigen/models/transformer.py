@@ -21,11 +21,21 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..core.cache import KVCache
-from ..core.errors import WeightsError
+from ..core.errors import ConfigError, WeightsError
 
 
 @dataclass(frozen=True)
 class TransformerConfig:
+    """The embedded model's shape, plus the options the Llama-shaped families need (their defaults are
+    the embedded model, so configs saved before these fields existed still load):
+
+    ``n_kv_heads``: key/value heads (grouped-query attention; None: one per query head).
+    ``qk_norm``: None, or ``"chameleon"``: a layer norm over each head's vector without affine, then a
+    weight and bias per head [heads, head_dim], on q and k before RoPE (Chameleon, Lumina-mGPT, Anole).
+    ``swin_norm``: Chameleon's post-norm blocks (the norm follows attention and MLP inside the residual).
+    ``tie_embeddings``: the output head is the input embedding.
+    """
+
     vocab_size: int
     dim: int = 256
     n_layers: int = 6
@@ -34,15 +44,35 @@ class TransformerConfig:
     max_seq_len: int = 512
     rope_theta: float = 10000.0
     norm_eps: float = 1e-5
+    n_kv_heads: int | None = None
+    qk_norm: str | None = None
+    swin_norm: bool = False
+    tie_embeddings: bool = False
 
     @property
     def head_dim(self) -> int:
         return self.dim // self.n_heads
 
     @property
+    def kv_heads(self) -> int:
+        return self.n_kv_heads or self.n_heads
+
+    @property
     def hidden_dim(self) -> int:
         # SwiGLU with the Llama sizing rule, rounded up to a multiple of 32.
         return self.ffn_dim or -(-int(8 * self.dim / 3) // 32) * 32
+
+
+QK_NORMS = (None, "chameleon")
+
+
+def check_config(cfg: TransformerConfig) -> None:
+    if cfg.dim % cfg.n_heads or cfg.head_dim % 2:
+        raise ConfigError(f"dim {cfg.dim} must split into {cfg.n_heads} heads of even size")
+    if cfg.n_heads % cfg.kv_heads:
+        raise ConfigError(f"{cfg.n_heads} query heads do not share {cfg.kv_heads} key/value heads evenly")
+    if cfg.qk_norm not in QK_NORMS:
+        raise ConfigError(f"unknown qk_norm {cfg.qk_norm!r}: use one of {QK_NORMS}")
 
 
 def rope_angles(positions: torch.Tensor, head_dim: int, theta: float, dtype: torch.dtype):
@@ -59,20 +89,57 @@ def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tenso
     return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
 
 
+class HeadNorm(nn.Module):
+    """Chameleon's q/k norm: statistics over each head's vector, then each head's own weight and bias.
+    Chameleon trained with model-parallel shards that each normalised their heads alone; transformers
+    (and we) keep one row per head. Its epsilon is fixed at 1e-5, whatever the model's RMSNorm uses."""
+
+    def __init__(self, heads: int, head_dim: int):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(heads, head_dim))
+        self.bias = nn.Parameter(torch.zeros(heads, head_dim))
+
+    def forward(self, x):  # x [R, H, T, D]
+        x = F.layer_norm(x, x.shape[-1:], eps=1e-5)
+        return x * self.weight[:, None] + self.bias[:, None]
+
+
+def attend(q, k, v, mask, causal: bool):
+    """SDPA with grouped-query heads. With a mask, each key/value head attends for its group of query
+    heads stacked along the token axis (the mask repeated to match), so the cache is never copied per
+    query head; a mask-free forward has no cache, and repeating its block's keys is cheap."""
+    r, h, t, d = q.shape
+    group = h // k.shape[1]
+    if group == 1:
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal)
+    if mask is None:
+        k, v = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
+        return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    mask = mask[:, :, None].expand(-1, -1, group, -1, -1).reshape(mask.shape[0], 1, group * t, mask.shape[-1])
+    y = F.scaled_dot_product_attention(q.reshape(r, k.shape[1], group * t, d), k, v, attn_mask=mask)
+    return y.view(r, h, t, d)
+
+
 class Attention(nn.Module):
     def __init__(self, cfg: TransformerConfig, layer: int):
         super().__init__()
-        self.cfg, self.layer = cfg, layer
-        self.qkv = nn.Linear(cfg.dim, 3 * cfg.dim, bias=False)
+        self.layer = layer
+        self.heads, self.kv_heads, self.head_dim = cfg.n_heads, cfg.kv_heads, cfg.head_dim
+        self.qkv = nn.Linear(cfg.dim, (cfg.n_heads + 2 * cfg.kv_heads) * cfg.head_dim, bias=False)
         self.out = nn.Linear(cfg.dim, cfg.dim, bias=False)
+        self.q_norm = HeadNorm(cfg.n_heads, cfg.head_dim) if cfg.qk_norm else None
+        self.k_norm = HeadNorm(cfg.kv_heads, cfg.head_dim) if cfg.qk_norm else None
 
     def forward(self, x, rope, mask, cache):
         r, t, _ = x.shape
-        q, k, v = self.qkv(x).view(r, t, 3, self.cfg.n_heads, self.cfg.head_dim).permute(2, 0, 3, 1, 4)
+        qkv = self.qkv(x).view(r, t, -1, self.head_dim).transpose(1, 2)
+        q, k, v = qkv.split((self.heads, self.kv_heads, self.kv_heads), dim=1)
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
         q, k = rotate(q, *rope), rotate(k, *rope)
         if cache is not None:
             k, v = cache.update(self.layer, k, v)
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None and cache is None)
+        y = attend(q, k, v, mask, causal=mask is None and cache is None)
         return self.out(y.transpose(1, 2).reshape(r, t, -1))
 
 
@@ -90,27 +157,42 @@ class FeedForward(nn.Module):
 class Block(nn.Module):
     def __init__(self, cfg: TransformerConfig, layer: int):
         super().__init__()
+        self.swin = cfg.swin_norm
         self.attn_norm = nn.RMSNorm(cfg.dim, eps=cfg.norm_eps)
         self.attn = Attention(cfg, layer)
         self.ffn_norm = nn.RMSNorm(cfg.dim, eps=cfg.norm_eps)
         self.ffn = FeedForward(cfg)
 
     def forward(self, x, rope, mask, cache):
+        if self.swin:
+            x = x + self.attn_norm(self.attn(x, rope, mask, cache))
+            return x + self.ffn_norm(self.ffn(x))
         x = x + self.attn(self.attn_norm(x), rope, mask, cache)
         return x + self.ffn(self.ffn_norm(x))
 
 
 class Transformer(nn.Module):
+    """The decoder every Llama-shaped model runs on: the embedded model and, converted from their
+    transformers checkpoints (:mod:`jacobigen.models.families.convert`), Chameleon / Lumina-mGPT /
+    Anole, Janus-Pro's language model and Emu3.
+
+    It is written to compile into one graph (``torch.compile(fullgraph=True)``) and replay as a CUDA
+    graph: static cache buffers, fused projections, configuration read only at construction, and no
+    Python objects built per forward. Families whose image tokens are not the plain embedding and
+    head (Janus) call :meth:`hidden` on their own input embeddings and apply their own head.
+    """
+
     def __init__(self, cfg: TransformerConfig):
         super().__init__()
-        if cfg.dim % cfg.n_heads or cfg.head_dim % 2:
-            raise ValueError(f"dim {cfg.dim} must split into {cfg.n_heads} heads of even size")
+        check_config(cfg)
         self.config = cfg
         self.embed = nn.Embedding(cfg.vocab_size, cfg.dim)
         self.layers = nn.ModuleList(Block(cfg, i) for i in range(cfg.n_layers))
         self.norm = nn.RMSNorm(cfg.dim, eps=cfg.norm_eps)
         self.head = nn.Linear(cfg.dim, cfg.vocab_size, bias=False)
         self.apply(self._init)
+        if cfg.tie_embeddings:
+            self.head.weight = self.embed.weight
 
     @staticmethod
     def _init(m: nn.Module) -> None:
@@ -140,12 +222,30 @@ class Transformer(nn.Module):
         return KVCache(
             self.config.n_layers,
             rows,
-            self.config.n_heads,
+            self.config.kv_heads,
             capacity,
             self.config.head_dim,
             dtype=p.dtype,
             device=p.device,
         )
+
+    def hidden(
+        self,
+        x: torch.Tensor,
+        positions: torch.Tensor | None = None,
+        mask: torch.Tensor | None = None,
+        cache: KVCache | None = None,
+    ) -> torch.Tensor:
+        """Final-normed hidden states [R, T, dim] of input embeddings ``x`` [R, T, dim]; the rest of
+        the call is the model interface's."""
+        if positions is None:
+            positions = torch.arange(x.shape[1], device=x.device).expand(x.shape[:2])
+        rope = rope_angles(positions, self.config.head_dim, self.config.rope_theta, x.dtype)
+        if mask is not None:
+            mask = mask.to(x.dtype)
+        for layer in self.layers:
+            x = layer(x, rope, mask, cache)
+        return self.norm(x)
 
     def forward(
         self,
@@ -154,15 +254,7 @@ class Transformer(nn.Module):
         mask: torch.Tensor | None = None,
         cache: KVCache | None = None,
     ) -> torch.Tensor:
-        if positions is None:
-            positions = torch.arange(tokens.shape[1], device=tokens.device).expand_as(tokens)
-        x = self.embed(tokens)
-        rope = rope_angles(positions, self.config.head_dim, self.config.rope_theta, x.dtype)
-        if mask is not None:
-            mask = mask.to(x.dtype)
-        for layer in self.layers:
-            x = layer(x, rope, mask, cache)
-        return self.head(self.norm(x)).float()
+        return self.head(self.hidden(self.embed(tokens), positions, mask, cache)).float()
 
 
 def save_transformer(model: Transformer, path: str | Path, dtype: torch.dtype = torch.float16) -> None:

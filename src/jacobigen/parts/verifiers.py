@@ -40,12 +40,16 @@ def without(q: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
     return torch.where(mass > 0, q / mass.clamp(min=torch.finfo(q.dtype).tiny), q)
 
 
-@functools.lru_cache(maxsize=64)
 def _arange(n: int, device: torch.device) -> torch.Tensor:
+    """``arange(n)``, made once per (n, device) in eager runs; a compiled step makes it in its graph."""
+    return torch.arange(n, device=device) if torch.compiler.is_compiling() else _cached_arange(n, device)
+
+
+@functools.lru_cache(maxsize=64)
+def _cached_arange(n: int, device: torch.device) -> torch.Tensor:
     return torch.arange(n, device=device)
 
 
-@functools.lru_cache(maxsize=8)
 def _streams(device: torch.device) -> torch.Tensor:
     return torch.tensor([Stream.ACCEPT, Stream.SAMPLE], device=device)
 
@@ -129,7 +133,8 @@ class Verifier:
         """Accepted run length [B] of a chain of drafts [B, W] (only the first ``limit`` count)."""
         u = draws.uniform(positions, Stream.ACCEPT) if u is None else u
         ok = self.accept(p, q, drafts, u) & (_arange(drafts.shape[1], drafts.device) < limit[:, None])
-        return ok.to(torch.int64).cumprod(-1).sum(-1)
+        stop = torch.cat([~ok, ok.new_ones(ok.shape[0], 1)], -1)  # the first rejection, or past the end
+        return stop.to(torch.int64).argmax(-1)
 
     def _chain(self, p, window: Window, m, positions, draws: Draws):
         """:meth:`verify` without a tree: the block is the root and the W chain drafts. The accept

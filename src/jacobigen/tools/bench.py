@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
+import torch
 from PIL import Image
 from tqdm.auto import tqdm
 
@@ -27,6 +28,7 @@ from ..core.contract import model_device
 from ..core.errors import ConfigError, JacobigenError
 from ..core.stats import step_compression
 from ..decode.api import generate
+from ..decode.capture import Graphed, compile_counts
 from ..decode.engine import sync
 from ..decode.methods import parse_variant
 from ..models.bundle import ModelBundle, encode_one
@@ -61,6 +63,13 @@ class Row:
     fid_vs_ar: float | None = None  # against ar's images on other seeds (ar's own row: the noise)
     fid_vs_data: float | None = None  # against the model's held-out images
     acceptance: list | None = None  # the first image's acceptance map: iteration of each token [rows][frames * cols]
+    # a compiled step (--compile): graphs its first image compiled, graphs compiled after it (0 when
+    # every later image reuses them), graph breaks, and whether its first image's tokens equal eager's
+    graphs: int | None = None
+    recompiles: int | None = None
+    graph_breaks: int | None = None
+    tokens_equal_eager: bool | None = None
+    compile_error: str | None = None  # why this row's step did not compile (the row is then not timed)
 
     @property
     def baseline(self) -> bool:
@@ -123,6 +132,7 @@ class Run:
     nodes: float
     sibling_tokens: int
     acceptance: list | None = None  # iteration that committed each token [rows][frames * cols]
+    tokens: torch.Tensor | None = field(default=None, repr=False)  # the generated tokens
 
 
 def plain_options(pipe: ModelBundle, sampling: dict) -> dict:
@@ -133,9 +143,13 @@ def plain_options(pipe: ModelBundle, sampling: dict) -> dict:
     return opts
 
 
-def decode_one(pipe: ModelBundle, method: str, window: int, prompt: str, seed: int, **sampling) -> Run:
+def decode_one(
+    pipe: ModelBundle, method: str, window: int, prompt: str, seed: int, compile: bool | str = False, **sampling
+) -> Run:
     """Generate one image's tokens with ``method`` (a preset or ``NAME[key=value,...]``, or the plain
     loop), timed on the wall clock and the process CPU clock with the device synchronised at both ends.
+    ``compile``: the step as one compiled graph (the plain loop: its forward compiled, and replayed
+    as a CUDA graph on a GPU).
 
     The plain loop's forward passes are counted, not measured: one prefill (which gives the first
     token) and one per further token, ``layout.length`` in all, the same count as ``ar``'s, so its
@@ -146,11 +160,11 @@ def decode_one(pipe: ModelBundle, method: str, window: int, prompt: str, seed: i
     sync(device)
     wall, cpu = time.perf_counter(), time.process_time()
     if method == PLAIN:
-        plain_ar(model, pipe.layout, tokens, uncond, seed=seed, **opts)
+        out = plain_ar(Graphed(model, compile) if compile else model, pipe.layout, tokens, uncond, seed=seed, **opts)
         stats = None
     else:
         v = parse_variant(method)
-        stats = generate(
+        gen = generate(
             model,
             tokens,
             layout=pipe.layout,
@@ -160,14 +174,16 @@ def decode_one(pipe: ModelBundle, method: str, window: int, prompt: str, seed: i
             seed=seed,
             timing=True,
             latents=pipe.latents,
+            compile=compile,
             **v.options,
             **opts,
-        ).stats
+        )
+        stats, out = gen.stats, gen.tokens[0]
     sync(device)
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     if stats is None:
         n = pipe.layout.length
-        return Run(n, wall, cpu, None, {1: n - 1}, 1.0, 0)
+        return Run(n, wall, cpu, None, {1: n - 1}, 1.0, 0, tokens=out)
     return Run(
         stats.nfe,
         wall,
@@ -177,6 +193,7 @@ def decode_one(pipe: ModelBundle, method: str, window: int, prompt: str, seed: i
         stats.nodes_per_iteration,
         sum(stats.sibling_tokens),
         pipe.layout.tiled(stats.when)[0].tolist(),
+        out,
     )
 
 
@@ -214,6 +231,7 @@ def run_bench(
     progress: bool = True,
     warmup: bool = True,
     model_spec: str | None = None,
+    compile: bool | str = False,
     **sampling,
 ) -> tuple[list[Row], dict]:
     """Run ``ar``, the plain loop and every (method, window) on every (prompt, seed), interleaved so
@@ -224,6 +242,8 @@ def run_bench(
     baselines, warm-up time, cost curve, and the machine, code and weights
     (:func:`~jacobigen.tools.threads.environment`, given the ``--model`` spec ``model_spec``) with the load
     average before and after.
+
+    ``compile`` runs every row (baselines included) with its step compiled (:func:`compiled_warmup`).
     """
     extra: dict = environment(pipe.model, model_spec)
     specs = [parse_variant(m) for m in dict.fromkeys(["ar", *methods]) if m != PLAIN]
@@ -256,17 +276,31 @@ def run_bench(
                 extra["auto"][s.label] = {"window": best, "predicted_seconds": predicted}
                 configs.append((s.label, best, True, s.method.lossless))
     t0 = time.perf_counter()
-    for m, w, *_ in configs if warmup else []:
+    rows = {(m, w, a): Row(m, w, lossless, a) for m, w, a, lossless in configs}
+    if compile:
+        compiled_warmup(pipe, rows, prompts[0], seeds[0], compile, **sampling)
+        failed = [r for r in rows.values() if r.compile_error]
+        if len(failed) == len(rows):
+            raise RuntimeError(failed[0].compile_error)
+        if any(r.method in BASELINES for r in failed):
+            raise RuntimeError(f"{failed[0].method}: {failed[0].compile_error}")
+        extra["compile_errors"] = {f"{r.method} @ {r.window}": r.compile_error for r in failed}
+    for m, w, *_ in configs if warmup and not compile else []:
         decode_one(pipe, m, w, prompts[0], seeds[0], **sampling)
     extra["warmup_seconds"] = time.perf_counter() - t0
-    rows = {(m, w, a): Row(m, w, lossless, a) for m, w, a, lossless in configs}
     jobs = [(p, seed, m, w, a) for p in prompts for seed in seeds for m, w, a, _ in configs]
+    jobs = [j for j in jobs if not rows[j[2:]].compile_error]
     for prompt, seed, m, w, a in tqdm(jobs, disable=not progress, desc="bench", unit="run"):
-        rows[m, w, a].add(decode_one(pipe, m, w, prompt, seed, **sampling))
+        before = compile_counts()["graphs"]
+        rows[m, w, a].add(decode_one(pipe, m, w, prompt, seed, compile, **sampling))
+        if compile:
+            rows[m, w, a].recompiles += compile_counts()["graphs"] - before
     extra["loadavg_after"] = loadavg()
     ar, plain = rows["ar", 1, False], rows[PLAIN, 1, False]
     by_wall, by_cpu = min(ar, plain, key=lambda r: r.wall), min(ar, plain, key=lambda r: r.cpu)
     for r in rows.values():
+        if not r.runs:  # not compiled, not timed
+            continue
         r.step_compression = step_compression(ar.nfe, r.nfe)
         r.latency_speedup = by_wall.wall / r.wall
         r.cpu_speedup = by_cpu.cpu / r.cpu
@@ -283,26 +317,36 @@ def run_bench(
     return sorted(rows.values(), key=lambda r: (order[r.method], r.auto, r.window)), extra
 
 
-def compiled(pipe: ModelBundle) -> ModelBundle:
-    """The pipeline with its model forward under ``torch.compile(dynamic=True)``: block sizes,
-    cache capacities and row counts vary from call to call, and dynamic shapes let a few graphs
-    serve them all instead of one recompilation per shape. Dynamo's caches are reset first, so
-    kernels are built for the current thread count."""
-    import torch._dynamo
+def compiled_warmup(pipe: ModelBundle, rows: dict, prompt: str, seed: int, compile: bool | str, **sampling):
+    """Each row's first image twice, eager then compiled: the graphs and graph breaks compiling it
+    took, and whether the tokens agree. A row's later images should compile nothing new
+    (``recompiles``, counted by :func:`run_bench`)."""
+    for (m, w, _), row in rows.items():
+        eager = decode_one(pipe, m, w, prompt, seed, **sampling)
+        before = compile_counts()
+        try:
+            run = decode_one(pipe, m, w, prompt, seed, compile, **sampling)
+        except JacobigenError:
+            raise
+        except Exception as e:  # this row does not compile here: the others still run
+            row.compile_error = f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0]}"
+            continue
+        after = compile_counts()
+        row.graphs = after["graphs"] - before["graphs"]
+        row.graph_breaks = after["graph_breaks"] - before["graph_breaks"]
+        row.recompiles = 0
+        row.tokens_equal_eager = bool(torch.equal(eager.tokens, run.tokens))
 
-    torch._dynamo.reset()
-    return replace(pipe, model=torch.compile(pipe.model, dynamic=True))
 
-
-def run_compiled_bench(pipe: ModelBundle, *args, **kwargs) -> tuple[list[Row], dict]:
-    """:func:`run_bench` on the compiled model: its warm-up compiles, so ``warmup_seconds`` holds
+def run_compiled_bench(pipe: ModelBundle, *args, compile: bool | str = True, **kwargs) -> tuple[list[Row], dict]:
+    """:func:`run_bench` with every step compiled: its warm-up compiles, so ``warmup_seconds`` holds
     the compile time. Any failure to compile (no C++ compiler, an unsupported op) becomes one
     error that says so."""
     from torch._dynamo.utils import counters
 
     counters.clear()
     try:
-        rows, extra = run_bench(compiled(pipe), *args, **kwargs)
+        rows, extra = run_bench(pipe, *args, compile=compile, **kwargs)
     except JacobigenError:
         raise
     except Exception as e:
@@ -312,9 +356,9 @@ def run_compiled_bench(pipe: ModelBundle, *args, **kwargs) -> tuple[list[Row], d
         ) from e
     frames = counters["frames"]
     extra["compile"] = {
-        "mode": "torch.compile(model, dynamic=True)",
-        "graphs": counters["stats"]["unique_graphs"],
-        "graph_breaks": sum(counters["graph_break"].values()),
+        "mode": "under torch.compile(fullgraph=True, dynamic=False)"
+        + ("" if compile is True else f", backend {compile}"),
+        **compile_counts(),
         # frames dynamo gave up on run eager (recompile limit, unsupported code)
         "eager_frames": frames["total"] - frames["ok"],
         "eager_reasons": sorted({r.strip().splitlines()[0] for r in counters["unimplemented"]}),
@@ -323,7 +367,7 @@ def run_compiled_bench(pipe: ModelBundle, *args, **kwargs) -> tuple[list[Row], d
 
 
 def run_settings(
-    pipe: ModelBundle, threads: list[int | None], compile: bool, *args, **kwargs
+    pipe: ModelBundle, threads: list[int | None], compile: bool | str, *args, **kwargs
 ) -> dict[str, tuple[list[Row], dict]]:
     """The whole bench once per thread count (None: :func:`~jacobigen.tools.threads.choose_threads`'s
     policy), and with ``compile`` once more per count on the compiled model. Keys: ``threads-N``
@@ -335,7 +379,7 @@ def run_settings(
             continue
         results[f"threads-{n}"] = run_bench(pipe, *args, **kwargs)
         if compile:
-            results[f"threads-{n}-compiled"] = run_compiled_bench(pipe, *args, **kwargs)
+            results[f"threads-{n}-compiled"] = run_compiled_bench(pipe, *args, compile=compile, **kwargs)
     return results
 
 
@@ -447,13 +491,15 @@ def header(extra: dict) -> str:
             else ""
         )
         lines.append(
-            f"Model forward under {c['mode']}: {c['graphs']} graph(s), {c['graph_breaks']} graph "
+            f"Decode step {c['mode']}: {c['graphs']} graph(s), {c['graph_breaks']} graph "
             f"break(s){eager}; warm-up including compilation {extra['warmup_seconds']:.1f} s.\n"
         )
     elif "warmup_seconds" in extra:
         lines.append(f"Eager model forward; warm-up {extra['warmup_seconds']:.1f} s.\n")
     for name, why in extra.get("skipped", {}).items():
         lines.append(f"Skipped {name}: {why}.\n")
+    for name, why in extra.get("compile_errors", {}).items():
+        lines.append(f"Not compiled, not timed: {name}: {why}.\n")
     if "baseline" in extra:
         b = extra["baseline"]
         names = b["wall"] if b["wall"] == b["cpu"] else f"{b['wall']} (wall time) and {b['cpu']} (CPU time)"
@@ -482,6 +528,8 @@ def markdown(rows: list[Row], extra: dict | None = None) -> str:
         "tokens/node",
         "sibling tokens/image",
     ] + (["FID vs ar", "FID vs data"] if fid else [])
+    compiled = any(r.graphs is not None for r in rows)
+    cols += ["graphs", "recompiles", "graph breaks", "tokens = eager"] if compiled else []
     cells = [
         [
             r.method,
@@ -498,6 +546,7 @@ def markdown(rows: list[Row], extra: dict | None = None) -> str:
             f"{r.sibling_tokens:.1f}",
         ]
         + ([fid_cell(r.fid_vs_ar), fid_cell(r.fid_vs_data)] if fid else [])
+        + ([str(r.graphs), str(r.recompiles), str(r.graph_breaks), str(r.tokens_equal_eager)] if compiled else [])
         for r in rows
     ]
     return header(extra) + md_table(cols, cells) + ("\n" + fid_note(fid) if fid else "")

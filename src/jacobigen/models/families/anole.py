@@ -1,4 +1,5 @@
-"""Anole (GAIR-NLP/anole; Meta Chameleon fine-tuned for image generation) through transformers' Chameleon.
+"""Anole (GAIR-NLP/anole; Meta Chameleon fine-tuned for image generation): loaded by transformers'
+Chameleon classes, generated on our decoder like :mod:`.chameleon` (whose ``backend`` option it shares).
 
 Facts from Anole's ``text2image.py`` and its ``chameleon/inference/chameleon.py``: the prompt is
 ``<s>`` + the text's tokens + ``<reserved08706>`` (end of turn), then the image starts with
@@ -17,15 +18,18 @@ from pathlib import Path
 from ...core.errors import WeightsError
 from ...core.layout import ImageLayout
 from ..bundle import ModelBundle, rows_encoder
-from .base import token_id
+from .base import token_id, use_ours
 from .chameleon import IMAGE_END, IMAGE_START, TURN_END, chameleon_adapter, image_decoder, load_chameleon
 
 SIDE = 32  # 1024 tokens: 512 px through the 16x VQGAN
 DEFAULTS = {"cfg": 3.0, "temperature": 0.7, "top_p": 0.9}
 
 
-def anole_pipeline(hf, tokenizer, vq_decoder=None, side: int = SIDE) -> ModelBundle:
-    """``side``: tokens per image side (Anole was trained on 32; tiny test models take fewer)."""
+def anole_pipeline(
+    hf, tokenizer, vq_decoder=None, side: int = SIDE, backend: str = "ours", release: bool = False
+) -> ModelBundle:
+    """``side``: tokens per image side (Anole was trained on 32; tiny test models take fewer);
+    ``backend`` and ``release`` as in :func:`.chameleon.chameleon_adapter`."""
     lo, hi, decode = image_decoder(hf, vq_decoder)
     bos = tokenizer.bos_token_id
     if bos is None:
@@ -38,11 +42,18 @@ def anole_pipeline(hf, tokenizer, vq_decoder=None, side: int = SIDE) -> ModelBun
 
     note = "" if vq_decoder is not None else "no vqgan.ckpt found: images are token palettes"
     return ModelBundle(
-        "anole", chameleon_adapter(hf), layout, rows_encoder(encode, [bos, boi]), decode, dict(DEFAULTS), note=note
+        "anole",
+        chameleon_adapter(hf, backend, release),
+        layout,
+        rows_encoder(encode, [bos, boi]),
+        decode,
+        dict(DEFAULTS),
+        note=note,
     )
 
 
-def load(path: str | Path, device: str = "cpu", trust_checkpoint: bool = False) -> ModelBundle:
+def load(path: str | Path, device: str = "cpu", trust_checkpoint: bool = False, backend: str = "ours") -> ModelBundle:
     """A transformers-format Anole directory (e.g. ``leloy/Anole-7b-v0.1-hf``) with Chameleon's
     ``vqgan.ckpt`` in it or in ``tokenizer/``."""
-    return anole_pipeline(*load_chameleon(path, device, "Anole", trust_checkpoint))
+    use_ours(backend)  # refuse a bad name before loading gigabytes
+    return anole_pipeline(*load_chameleon(path, device, "Anole", trust_checkpoint), backend=backend, release=True)

@@ -1,10 +1,12 @@
-"""What every real model family shares: the model-interface adapter, the cache bridge, offline loading.
+"""What every real model family shares: the backend choice, the transformers adapter, offline loading.
 
 Decoders call ``model(tokens, positions, mask, cache)`` with an additive float mask over all cache
-slots (docs/DESIGN.md §5). Transformers models get the same call through :class:`HFAdapter`: it
-embeds the block itself, hands the decoder stack our 4-D mask and explicit ``position_ids`` (a 4-D
-mask is used as given by ``create_causal_mask`` in transformers 5.x), and a :class:`BridgeCache`
-whose ``update`` writes into our ragged :class:`~jacobigen.core.cache.KVCache` and returns its full buffers.
+slots (docs/DESIGN.md §5). The Llama-shaped families generate on our own decoder by default
+(``backend="ours"``, converted by :mod:`.convert`): it compiles to one graph. ``backend="transformers"``
+runs transformers' own modules instead, for comparison, through :class:`HFAdapter`: it embeds the
+block itself, hands the decoder stack our 4-D mask and explicit ``position_ids`` (a 4-D mask is used
+as given by ``create_causal_mask`` in transformers 5.x), and a :class:`BridgeCache` whose ``update``
+writes into our ragged :class:`~jacobigen.core.cache.KVCache` and returns its full buffers.
 """
 
 from __future__ import annotations
@@ -22,6 +24,15 @@ from torch import nn
 
 from ...core.cache import KVCache
 from ...core.errors import ConfigError, WeightsError
+
+BACKENDS = ("ours", "transformers")
+
+
+def use_ours(backend: str) -> bool:
+    """True for our decoder, False for transformers' modules; anything else is a ConfigError."""
+    if backend not in BACKENDS:
+        raise ConfigError(f"unknown backend {backend!r}: use one of {', '.join(BACKENDS)}")
+    return backend == "ours"
 
 
 def require_dir(path: str | Path, what: str) -> Path:

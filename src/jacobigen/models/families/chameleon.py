@@ -1,4 +1,5 @@
-"""Lumina-mGPT (and Chameleon-format checkpoints) through transformers' Chameleon classes.
+"""Lumina-mGPT (and Chameleon-format checkpoints): transformers' Chameleon classes load them, our
+decoder generates (``backend="transformers"`` runs transformers' modules instead; see :mod:`.base`).
 
 Lumina-mGPT's image format (Alpha-VLLM/Lumina-mGPT ``item_processor.py``): ``<racm3:break>``, two size
 tokens ``<reserved{8800+n}>`` for the height and width in 32-pixel grids, then rows of 2n VQ tokens each
@@ -7,7 +8,7 @@ followed by ``<reserved08799>`` (EOL), then ``<eoss>`` (end of image). Image cel
 at the image-start token, i.e. its prompt is the header alone.
 
 ``ChameleonForConditionalGeneration.forward`` masks image ids out of the logits (it is a text
-generator), so the adapter runs ``model.model`` and ``lm_head`` itself. transformers ships no Chameleon
+generator), so both backends score with ``lm_head`` over the whole vocabulary. transformers ships no Chameleon
 VQ *decoder*; the original VQGAN decoder (``vqgan.ckpt`` of Meta's Chameleon release, which Lumina-mGPT
 also asks for) is loaded into a taming-style decoder from :mod:`.vq`. Anole (:mod:`.anole`) shares
 everything here but the prompt and the token layout.
@@ -26,7 +27,9 @@ from torch import nn
 from ...core.errors import ConfigError, WeightsError
 from ...core.layout import ImageLayout
 from ..bundle import ModelBundle, palette_decode, rows_encoder
-from .base import HFAdapter, contiguous_range, load_hf, load_tokenizer, require_dir, to_pil, token_id
+from ..transformer import TransformerConfig
+from .base import HFAdapter, contiguous_range, load_hf, load_tokenizer, require_dir, to_pil, token_id, use_ours
+from .convert import from_hf
 
 IMAGE_START, IMAGE_END, NEW_LINE = "<racm3:break>", "<eoss>", "<reserved08799>"
 PROMPT = "Generate an image of {w}x{h} according to the following prompt:\n{text}"
@@ -41,8 +44,28 @@ def grid_token(n: int) -> str:
     return f"<reserved{8800 + n:05d}>"
 
 
-def chameleon_adapter(hf) -> HFAdapter:
-    """``hf``: a ChameleonForConditionalGeneration; logits keep the image ids (unlike its forward)."""
+def lumina_7b_config(max_seq_len: int = 10240) -> TransformerConfig:
+    """Our decoder in the shape of Lumina-mGPT-7B (Chameleon-7B's: 32 layers of 4096 with 32 heads, MLP
+    11008, 65536 ids, q/k norm, RoPE base 10000), for random-weight runs without transformers.
+    ``max_seq_len``: a 1024-px image alone takes 64 * 65 + 1 tokens, past Chameleon's 4096."""
+    return TransformerConfig(
+        vocab_size=65536,
+        dim=4096,
+        n_layers=32,
+        n_heads=32,
+        ffn_dim=11008,
+        max_seq_len=max_seq_len,
+        rope_theta=10000.0,
+        norm_eps=1e-5,
+        qk_norm="chameleon",
+    )
+
+
+def chameleon_adapter(hf, backend: str = "ours", release: bool = False) -> nn.Module:
+    """``hf``: a ChameleonForConditionalGeneration; logits keep the image ids (unlike its forward).
+    ``release``: our decoder only, drop transformers' copy of the layers (see :func:`.convert.from_hf`)."""
+    if use_ours(backend):
+        return from_hf(hf, release)
     cfg = hf.config
     return HFAdapter(hf, hf.model, hf.model.embed_tokens, hf.lm_head, cfg, cfg.vocab_size, cfg.max_position_embeddings)
 
@@ -65,8 +88,11 @@ def image_decoder(hf, vq_decoder) -> tuple[int, int, Callable]:
     return lo, hi, decode
 
 
-def chameleon_pipeline(hf, tokenizer, size: int = 768, vq_decoder=None) -> ModelBundle:
-    """The bundle for a ``size`` x ``size`` image (multiple of 32 pixels)."""
+def chameleon_pipeline(
+    hf, tokenizer, size: int = 768, vq_decoder=None, backend: str = "ours", release: bool = False
+) -> ModelBundle:
+    """The bundle for a ``size`` x ``size`` image (multiple of 32 pixels); ``backend`` and ``release``
+    as in :func:`chameleon_adapter`."""
     if size % PATCH:
         raise ConfigError(f"Lumina-mGPT image sizes are multiples of {PATCH} pixels, got {size}")
     grids = size // PATCH
@@ -86,7 +112,13 @@ def chameleon_pipeline(hf, tokenizer, size: int = 768, vq_decoder=None) -> Model
 
     note = "" if vq_decoder is not None else "no vqgan.ckpt found: images are token palettes"
     return ModelBundle(
-        "chameleon", chameleon_adapter(hf), layout, rows_encoder(encode, header), decode, dict(DEFAULTS), note=note
+        "chameleon",
+        chameleon_adapter(hf, backend, release),
+        layout,
+        rows_encoder(encode, header),
+        decode,
+        dict(DEFAULTS),
+        note=note,
     )
 
 
@@ -161,7 +193,16 @@ def load_chameleon(path: str | Path, device: str, what: str, trust_checkpoint: b
     return hf, tok, vq
 
 
-def load(path: str | Path, device: str = "cpu", size: int | None = None, trust_checkpoint: bool = False) -> ModelBundle:
-    """``size``: image side in pixels; by default the one the release name states, else 768."""
+def load(
+    path: str | Path,
+    device: str = "cpu",
+    size: int | None = None,
+    trust_checkpoint: bool = False,
+    backend: str = "ours",
+) -> ModelBundle:
+    """``size``: image side in pixels; by default the one the release name states, else 768.
+    ``backend``: see :mod:`.base`; with ours, transformers' decoder layers are dropped after conversion."""
+    use_ours(backend)  # refuse a bad name before loading gigabytes
     hf, tok, vq = load_chameleon(path, device, "Chameleon / Lumina-mGPT", trust_checkpoint)
-    return chameleon_pipeline(hf, tok, size or size_from_name(Path(path).expanduser()) or 768, vq)
+    side = size or size_from_name(Path(path).expanduser()) or 768
+    return chameleon_pipeline(hf, tok, side, vq, backend, release=True)

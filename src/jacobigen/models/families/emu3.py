@@ -1,4 +1,5 @@
-"""Emu3 (Emu3-Gen) through transformers' Emu3 classes.
+"""Emu3 (Emu3-Gen): transformers' Emu3 classes load it, its text model runs on our decoder
+(``backend="transformers"`` runs transformers' modules instead; see :mod:`.base`).
 
 Image format (transformers ``Emu3Processor`` / BAAI Emu3): the prompt ends with
 ``<|image start|>{h}*{w}<|image token|>``; then h rows of w ``<|visual token NNNNNN|>`` ids, each row
@@ -14,10 +15,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
+from torch import nn
 
 from ...core.layout import ImageLayout
 from ..bundle import ModelBundle, rows_encoder
-from .base import HFAdapter, contiguous_range, load_hf, load_tokenizer, require_dir, to_pil, token_id
+from .base import HFAdapter, contiguous_range, load_hf, load_tokenizer, require_dir, to_pil, token_id, use_ours
+from .convert import from_hf
 
 POSITIVE = " masterpiece, film grained, best quality."
 NEGATIVE = (
@@ -29,15 +32,27 @@ NAMES = {"boi": "<|image start|>", "wrapper": "<|image token|>", "eol": "<|extra
 DEFAULTS = {"cfg": 3.0, "top_k": 2048, "temperature": 1.0}
 
 
-def emu3_adapter(hf) -> HFAdapter:
-    """``hf``: an Emu3ForConditionalGeneration; the text model is the decoder stack."""
+def emu3_adapter(hf, backend: str = "ours", release: bool = False) -> nn.Module:
+    """``hf``: an Emu3ForConditionalGeneration; the text model is the decoder stack.
+    ``release``: our decoder only, drop transformers' copy of the layers (see :func:`.convert.from_hf`)."""
+    if use_ours(backend):
+        return from_hf(hf, release)
     tm = hf.model.text_model
     tc = hf.config.text_config
     return HFAdapter(hf, tm, tm.embed_tokens, hf.lm_head, tc, tc.vocab_size, tc.max_position_embeddings)
 
 
-def emu3_pipeline(hf, tokenizer, side: int = 90, image_processor=None, quality_suffix: bool = True) -> ModelBundle:
-    """Square ``side`` x ``side`` token grid (90 -> 720 px, Emu3-Gen's default image area)."""
+def emu3_pipeline(
+    hf,
+    tokenizer,
+    side: int = 90,
+    image_processor=None,
+    quality_suffix: bool = True,
+    backend: str = "ours",
+    release: bool = False,
+) -> ModelBundle:
+    """Square ``side`` x ``side`` token grid (90 -> 720 px, Emu3-Gen's default image area);
+    ``backend`` and ``release`` as in :func:`emu3_adapter`."""
     mapping = hf.model.vocabulary_mapping
     lo, hi = contiguous_range(mapping.image_tokens, "Emu3")
     ids = {k: token_id(tokenizer, getattr(tokenizer, f"{k}_token", None) or name) for k, name in NAMES.items()}
@@ -63,13 +78,22 @@ def emu3_pipeline(hf, tokenizer, side: int = 90, image_processor=None, quality_s
         std = torch.tensor(image_processor.image_std, device=pixels.device)[:, None, None]
         return to_pil(pixels.float() * std + mean, value_range=(0.0, 1.0))  # Emu3's postprocess
 
-    return ModelBundle("emu3", emu3_adapter(hf), layout, rows_encoder(encode, tokens(NEGATIVE)), decode, dict(DEFAULTS))
+    return ModelBundle(
+        "emu3",
+        emu3_adapter(hf, backend, release),
+        layout,
+        rows_encoder(encode, tokens(NEGATIVE)),
+        decode,
+        dict(DEFAULTS),
+    )
 
 
-def load(path: str | Path, device: str = "cpu", size: int = 720) -> ModelBundle:
-    """``size``: image side in pixels (the VQ downsamples by 8; 720 is Emu3-Gen's default area)."""
+def load(path: str | Path, device: str = "cpu", size: int = 720, backend: str = "ours") -> ModelBundle:
+    """``size``: image side in pixels (the VQ downsamples by 8; 720 is Emu3-Gen's default area).
+    ``backend``: see :mod:`.base`; with ours, transformers' decoder layers are dropped after conversion."""
     from transformers import Emu3ForConditionalGeneration
 
+    use_ours(backend)  # refuse a bad name before loading gigabytes
     path = require_dir(path, "Emu3")
     hf = load_hf(Emu3ForConditionalGeneration, path, "Emu3", device)
     tok = load_tokenizer(path, "Emu3")
@@ -79,4 +103,4 @@ def load(path: str | Path, device: str = "cpu", size: int = 720) -> ModelBundle:
         ip = AutoImageProcessor.from_pretrained(str(path), local_files_only=True)
     except Exception:  # no preprocessor_config.json: decode assumes pixels in [-1, 1]
         ip = None
-    return emu3_pipeline(hf, tok, size // 8, ip)
+    return emu3_pipeline(hf, tok, size // 8, ip, backend=backend, release=True)

@@ -1,9 +1,11 @@
-"""Janus / Janus-Pro image generation through transformers' Janus classes.
+"""Janus / Janus-Pro image generation: transformers' Janus classes load it, its language model runs
+on our decoder (``backend="transformers"`` runs transformers' modules instead; see :mod:`.base`).
 
 In image mode Janus does not use its text head: image tokens are embedded by ``generation_embeddings``
 + ``generation_aligner`` and scored by ``generation_head`` over the VQ codebook only. Our interface has
 one id space, so the adapter uses ``[0, n_text)`` for text ids and ``[n_text, n_text + codes)`` for
-image codes; the logits of text ids are -inf (the layout's allowed range masks them anyway).
+image codes; the logits of text ids are -inf (the layout's allowed range masks them anyway). These
+image parts stay transformers' modules on both backends: they are small and trace as they are.
 There is no EOL or end token: the grid is ``sqrt(num_image_tokens)`` square, raster order.
 
 CFG follows Janus (and ``JanusForConditionalGeneration.generate``): the unconditional prompt is the
@@ -17,18 +19,51 @@ import math
 from pathlib import Path
 
 import torch
+from torch import nn
 
+from ...core.cache import KVCache
 from ...core.layout import ImageLayout
 from ..bundle import ModelBundle, rows_encoder
-from .base import HFAdapter, load_hf, load_tokenizer, require_dir, to_pil, token_id
+from .base import HFAdapter, load_hf, load_tokenizer, require_dir, to_pil, token_id, use_ours
+from .convert import from_hf
 
 PROMPT = "<|User|>: {text}\n\n<|Assistant|>:"
 IMAGE_START = "<begin_of_image>"
 DEFAULTS = {"cfg": 5.0, "temperature": 1.0}
 
 
-def janus_adapter(hf) -> HFAdapter:
-    """``hf``: a JanusForConditionalGeneration; ids >= text vocab are image codes."""
+class JanusImageModel(nn.Module):
+    """Janus in image mode on our decoder: its own image embedding and head around our backbone's
+    :meth:`~jacobigen.models.transformer.Transformer.hidden` (the backbone's text head goes unused)."""
+
+    def __init__(self, hf, backbone):
+        super().__init__()
+        m = hf.model
+        self.backbone = backbone
+        self.image_embed = m.generation_embeddings
+        self.image_align = m.generation_aligner
+        self.image_head = m.generation_head
+        self.n_text, self.codes = backbone.vocab_size, m.vqmodel.config.num_embeddings
+        self.vocab_size = self.n_text + self.codes
+        self.max_seq_len = backbone.max_seq_len
+
+    def new_cache(self, rows: int, capacity: int) -> KVCache:
+        return self.backbone.new_cache(rows, capacity)
+
+    def forward(self, tokens, positions=None, mask=None, cache=None):
+        text = self.backbone.embed(tokens.clamp(max=self.n_text - 1))
+        image = self.image_align(self.image_embed((tokens - self.n_text).clamp(0, self.codes - 1)))
+        x = torch.where((tokens >= self.n_text)[..., None], image.to(text.dtype), text)
+        logits = self.image_head(self.backbone.hidden(x, positions, mask, cache))
+        pad = logits.new_full((*logits.shape[:-1], self.n_text), float("-inf"))
+        return torch.cat([pad, logits], dim=-1).float()
+
+
+def janus_adapter(hf, backend: str = "ours", release: bool = False) -> nn.Module:
+    """``hf``: a JanusForConditionalGeneration; ids >= text vocab are image codes.
+    ``release``: our decoder only, drop transformers' copy of the layers (see :func:`.convert.from_hf`)."""
+    if use_ours(backend):
+        return JanusImageModel(hf, from_hf(hf, release))
     m = hf.model
     n_text = hf.config.text_config.vocab_size
     codes = m.vqmodel.config.num_embeddings
@@ -55,7 +90,8 @@ def janus_adapter(hf) -> HFAdapter:
     )
 
 
-def janus_pipeline(hf, tokenizer) -> ModelBundle:
+def janus_pipeline(hf, tokenizer, backend: str = "ours", release: bool = False) -> ModelBundle:
+    """``backend`` and ``release`` as in :func:`janus_adapter`."""
     n_text = hf.config.text_config.vocab_size
     codes = hf.model.vqmodel.config.num_embeddings
     side = math.isqrt(hf.config.vision_config.num_image_tokens)
@@ -82,12 +118,16 @@ def janus_pipeline(hf, tokenizer) -> ModelBundle:
         with torch.inference_mode():
             return to_pil(vq.decode(codes_))
 
-    return ModelBundle("janus", janus_adapter(hf), layout, rows_encoder(encode, uncond_for), decode, dict(DEFAULTS))
+    return ModelBundle(
+        "janus", janus_adapter(hf, backend, release), layout, rows_encoder(encode, uncond_for), decode, dict(DEFAULTS)
+    )
 
 
-def load(path: str | Path, device: str = "cpu") -> ModelBundle:
+def load(path: str | Path, device: str = "cpu", backend: str = "ours") -> ModelBundle:
+    """``backend``: see :mod:`.base`; with ours, transformers' decoder layers are dropped after conversion."""
     from transformers import JanusForConditionalGeneration
 
+    use_ours(backend)  # refuse a bad name before loading gigabytes
     path = require_dir(path, "Janus")
     hf = load_hf(JanusForConditionalGeneration, path, "Janus", device)
-    return janus_pipeline(hf, load_tokenizer(path, "Janus"))
+    return janus_pipeline(hf, load_tokenizer(path, "Janus"), backend, release=True)
