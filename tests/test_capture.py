@@ -56,13 +56,18 @@ def test_every_preset_compiles_to_one_graph(method):
     check_compiled(method)
 
 
-def test_compiled_batch_with_refill_keeps_each_sequences_tokens():
-    """Rows finish, are refilled and compacted (a new batch size: a new graph), tokens unchanged."""
+@pytest.mark.parametrize("method", ["sjd-pac", "pjd+scd-mc+pac"])
+def test_compiled_batch_with_refill_keeps_each_sequences_tokens(method):
+    """Rows finish, are refilled, then compacted: one graph per batch size (2, then 1), tokens unchanged."""
     model = random_model()
     kw = dict(batch_size=2)
-    eager = _run(model, "sjd-pac", [5, 6, 7], **kw)
-    compiled = _run(model, "sjd-pac", [5, 6, 7], compile="eager", **kw)
-    assert torch.equal(compiled.tokens, eager.tokens)
+    eager = _run(model, method, [5, 6, 7], **kw)
+    before = compile_counts()["graphs"]
+    compiled = _run(model, method, [5, 6, 7], compile="eager", **kw)
+    middle = compile_counts()["graphs"]
+    again = _run(model, method, [5, 6, 7], compile="eager", **kw)
+    assert torch.equal(compiled.tokens, eager.tokens) and torch.equal(again.tokens, eager.tokens)
+    assert middle - before <= 2 and compile_counts()["graphs"] == middle
 
 
 @pytest.mark.slow

@@ -206,6 +206,23 @@ def test_family_models_compile_to_one_graph(name):
     compiled_matches_eager(model, prompt[:4] + image[:2])
 
 
+@pytest.mark.parametrize("name", list(PIPES))
+def test_family_decode_step_compiles_to_one_graph_with_eager_tokens(name):
+    """The whole step on each family's model (Janus' own image embedding and head included): no graph
+    break, one graph for the image's block shape, the tokens of eager."""
+    from jacobigen.decode.capture import compile_counts
+
+    pipe, _ = both(name)
+    model, cond, uncond = encode_one(pipe, "a red cat")
+    kw = dict(layout=pipe.layout, cfg=CFG, uncond=uncond, top_k=16, method="scd-mc+pac", window=8, seed=[1])
+    eager = generate(model, cond, **kw)
+    before = compile_counts()
+    compiled = generate(model, cond, compile="eager", **kw)
+    after = compile_counts()
+    assert torch.equal(compiled.tokens, eager.tokens)
+    assert after["graph_breaks"] == before["graph_breaks"] and after["graphs"] - before["graphs"] == 1
+
+
 def test_our_decoder_compiles_with_every_option():
     torch.manual_seed(0)
     cfg = TransformerConfig(

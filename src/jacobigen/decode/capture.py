@@ -46,8 +46,9 @@ class Graphed:
     A graph reads its inputs from static buffers, so each call copies tokens, positions, mask and
     the cache's lengths into them (a few KB) and replays; the cache's K/V buffers are written in
     place, where the graph was captured. A cache whose buffers moved (a new cache, rows selected)
-    gets new graphs; the graphs of the last ``CACHES`` caches are kept, each holding its buffers so
-    that no new cache can reuse their addresses under a stale graph. On a CPU (or with a
+    gets new graphs; the graphs of the ``CACHES`` most recently used caches are kept, each holding its
+    buffers so that no new cache can reuse their addresses under a stale graph (for a 7B model that is
+    up to four caches' memory: each decode allocates its own cache). On a CPU (or with a
     ``cache=None`` forward) the model runs as it is.
     """
 
@@ -71,10 +72,9 @@ class Graphed:
             return self.forward(tokens, positions, mask, cache, **extra)
         buffers = (*cache.keys, *cache.values)
         where = tuple(b.data_ptr() for b in buffers)
-        if where not in self.graphs:
-            if len(self.graphs) >= self.CACHES:
-                del self.graphs[next(iter(self.graphs))]
-            self.graphs[where] = (buffers, {})
+        if where not in self.graphs and len(self.graphs) >= self.CACHES:
+            del self.graphs[next(iter(self.graphs))]  # the least recently used cache's graphs
+        self.graphs[where] = self.graphs.pop(where, None) or (buffers, {})
         graphs = self.graphs[where][1]
         key = (tuple(tokens.shape), tuple(mask.shape), tuple(extra))
         if key not in graphs:

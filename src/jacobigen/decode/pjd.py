@@ -211,12 +211,12 @@ class Rows:
         self.slot_pos = torch.full((cache.rows, cache.capacity), self.layout.length, device=dev)
         zeros = torch.zeros(rows, a, dtype=torch.int64, device=dev)
         self.memory = Memory(
-            zeros[:, 0],
+            torch.zeros(rows, dtype=torch.int64, device=dev),
             zeros.bool(),
             zeros,
             zeros - 1,
             # the shape and strides a compiled step keeps: a view of each segment's targets, tree included
-            torch.zeros(rows, a, self.size(self.wd), vocab, device=dev)[:, :, : self.wd + 1],
+            self._targets(rows, vocab),
             torch.zeros(rows, a, self.wd, dtype=torch.int64, device=dev),
             torch.zeros(rows, a, self.wd, vocab, device=dev),
         )
@@ -242,7 +242,15 @@ class Rows:
         self.cnt, self.uncached = self.cnt[rows], self.uncached[rows]
         self.slot_pos = self.slot_pos[model_rows(rows, group)]
         m = self.memory
-        self.memory = Memory(m.base[rows], m.window[rows], m.cnt[rows], m.w[rows], m.p[rows], m.tokens[rows], m.q[rows])
+        p = m.p[rows]
+        if p.shape[1:3] == (self.segments_max, self.wd + 1):  # the full layout a compiled step keeps
+            p = self._targets(rows.shape[0], p.shape[-1]).copy_(p)
+        self.memory = Memory(m.base[rows], m.window[rows], m.cnt[rows], m.w[rows], p, m.tokens[rows], m.q[rows])
+
+    def _targets(self, rows: int, vocab: int) -> torch.Tensor:
+        """Zeroed memory of the targets [rows, A, W + 1, V], laid out as the step leaves it (a view of
+        every segment's targets, tree included), so that a compiled step sees one layout throughout."""
+        return torch.zeros(rows, self.segments_max, self.size(self.wd), vocab, device=self.device)[:, :, : self.wd + 1]
 
     # --- which rows are in flight ---------------------------------------------------------------
 
@@ -406,7 +414,7 @@ class Rows:
         self.uncached = (self.uncached & (kept_tails == 0)) | (top & plan.live[:, None])
         self.cnt = self.cnt.scatter_add(1, plan.rows[:, :a_t], step)
         self.memory = Memory(
-            plan.rows[:, 0],
+            plan.rows.amin(1),  # segment 0's row (a fresh tensor: one layout for a compiled step)
             plan.window,
             plan.cnt,
             torch.where(plan.in_block, plan.w, -1),
