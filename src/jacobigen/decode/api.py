@@ -113,7 +113,8 @@ def generate(
     other than 1, ``uncond`` is the unconditional prompt (one for all, or one per sequence).
     ``batch_size`` caps the sequences decoded together (default: all at once); when it is
     smaller, a finished sequence's row takes the next waiting one. Each sequence's tokens depend
-    only on its prompt and seed, never on the batch it ran in.
+    only on its prompt and seed, never on the batch it ran in (exactly so in float64; in float32
+    the model's kernels may round differently by batch size, see the README).
     ``timing=True`` syncs an accelerator around each forward so that ``stats.forward_time`` is
     real (on a CPU it always is; on a GPU it is None otherwise, and the loop never waits).
     ``latents`` [image ids, d] place the image ids for GSD/LANTERN's neighbours (a VQ codebook;
