@@ -7,7 +7,7 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from jacobigen import ConfigError, generate
+from jacobigen import METHODS, ConfigError, generate
 from jacobigen.cli import main
 from jacobigen.core.kernels import cumsum
 from jacobigen.decode.capture import Graphed, compile_counts
@@ -16,7 +16,7 @@ from jacobigen.tools.bench import run_compiled_bench
 from models import LAYOUT, PROMPT, UNCOND, random_model
 
 FAST = ["ar", "scd-mc", "sjd-pac", "pjd+scd-mc+pac"]  # the chain, coupling, the tree, PJD's rows with a tree
-SLOW = ["sjd", "scd-gs", "sjd-vp", "scd-mc+pac+vp", "pjd", "gsd", "lantern", "sjd-pac[tree_budget=full]"]
+SLOW = [m for m in METHODS if m not in FAST] + ["sjd-pac[tree_budget=full]"]  # every other preset
 
 
 def _run(model, method: str, seed, compile=False, **kw):
