@@ -1,12 +1,13 @@
-"""The step as one compiled graph (docs/DESIGN.md §7).
+"""The step as one compiled graph (docs/DESIGN.md §3, "The compiled step").
 
 ``generate(..., compile=True)`` runs the engine's step (draft -> forward -> verify -> commit)
 through ``torch.compile(fullgraph=True, dynamic=False)``: one graph per block shape, no graph break,
-tokens identical to eager. What makes that possible is kept in the parts themselves: the
-counter-based draws hash in torch (not NumPy) while tracing, the schedules never read the device
-inside the step when compiled (the proactive tree keeps its fixed universe and masks what its budget
-leaves out; PJD keeps every segment slot), and the forward is not timed apart. The host reads the
-finished rows once per iteration, outside the graph.
+tokens identical to eager on a CPU (on a GPU inductor's fused kernels may round otherwise). What
+makes that possible is kept in the parts themselves: the counter-based draws hash in torch (not
+NumPy) while tracing, the schedules never read the device inside the step when compiled (the
+proactive tree keeps its fixed universe and masks what its budget leaves out; PJD keeps every
+segment slot), and the forward is not timed apart. The host reads the finished rows once per
+iteration, outside the graph.
 
 ``compile`` may name a torch.compile backend (``"eager"``, ``"aot_eager"``: the same tracing
 without code generation, what the tests use to count graph breaks in seconds); ``True`` is inductor.
