@@ -11,6 +11,7 @@ gets a draw from the residual; if everything passed, a bonus draw from the next 
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -40,18 +41,15 @@ def without(q: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
     return torch.where(mass > 0, q / mass.clamp(min=torch.finfo(q.dtype).tiny), q)
 
 
-def _arange(n: int, device: torch.device) -> torch.Tensor:
-    """``arange(n)``, made once per (n, device) in eager runs; a compiled step makes it in its graph."""
-    return torch.arange(n, device=device) if torch.compiler.is_compiling() else _cached_arange(n, device)
+def _constant(make: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
+    """``make(*args)``, made once per arguments in eager runs; a compiled step builds it inside its
+    graph (dynamo would warn about the cache and trace through it anyway)."""
+    cached = functools.lru_cache(maxsize=64)(make)
+    return lambda *args: make(*args) if torch.compiler.is_compiling() else cached(*args)
 
 
-@functools.lru_cache(maxsize=64)
-def _cached_arange(n: int, device: torch.device) -> torch.Tensor:
-    return torch.arange(n, device=device)
-
-
-def _streams(device: torch.device) -> torch.Tensor:
-    return torch.tensor([Stream.ACCEPT, Stream.SAMPLE], device=device)
+_arange = _constant(lambda n, device: torch.arange(n, device=device))
+_streams = _constant(lambda device: torch.tensor([Stream.ACCEPT, Stream.SAMPLE], device=device))
 
 
 @register("mrs", "verifier", "exact modified rejection sampling: first rejection, residual draw")
