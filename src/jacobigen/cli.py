@@ -307,8 +307,8 @@ def decoding_options(default_model: str, model_help: str):
     "--compile",
     "compile_step",
     is_flag=True,
-    help="Run each decode step as one torch.compile graph: the same tokens; the first image of each block shape "
-    "pays the compilation (tens of seconds), later ones run faster.",
+    help="Run each decode step as one torch.compile graph: the same distribution; the first image of each block "
+    "shape pays the compilation (tens of seconds), later ones run faster.",
 )
 @THREADS
 @TRUST

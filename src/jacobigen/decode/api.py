@@ -119,8 +119,9 @@ def generate(
     real (on a CPU it always is; on a GPU it is None otherwise, and the loop never waits).
     ``latents`` [image ids, d] place the image ids for GSD/LANTERN's neighbours (a VQ codebook;
     default: the model's output embedding rows). ``compile=True`` runs each decode step as one
-    ``torch.compile`` graph (a backend name picks another backend); the tokens are the same, the
-    first image of each block shape pays the compilation. Extra keyword ``options`` go to the
+    ``torch.compile`` graph (a backend name picks another backend); the distribution is the same
+    (inductor's fused kernels may round a draw otherwise), the first image of each block shape pays
+    the compilation. Extra keyword ``options`` go to the
     method's parts (see ``jacobigen methods``).
     """
     spec = get_method(method)

@@ -1,8 +1,8 @@
 """The step as one compiled graph (docs/DESIGN.md §3, "The compiled step").
 
 ``generate(..., compile=True)`` runs the engine's step (draft -> forward -> verify -> commit)
-through ``torch.compile(fullgraph=True, dynamic=False)``: one graph per block shape, no graph break,
-tokens identical to eager on a CPU (on a GPU inductor's fused kernels may round otherwise). What
+through ``torch.compile(fullgraph=True, dynamic=False)``: one graph per block shape, no graph break;
+traced without code generation the tokens are eager's (inductor's fused kernels may round otherwise). What
 makes that possible is kept in the parts themselves: the counter-based draws hash in torch (not
 NumPy) while tracing, the schedules never read the device inside the step when compiled (the
 proactive tree keeps its fixed universe and masks what its budget leaves out; PJD keeps every
