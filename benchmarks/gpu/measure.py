@@ -12,10 +12,12 @@ c. ``plain``: the plain loop a user would write (``tools.plain_ar``), per token,
    and on the graphed one (gpt-fast's treatment): the fair GPU baseline.
 d. ``overhead``: every lossless preset on that model through ``generate`` (a 16x16 image with EOL,
    Lumina's sampling), forwards graphed and timed apart (``timing=True``): the bookkeeping per
-   iteration is wall minus forward. Then, budget allowing, a few presets with the whole step compiled
-   (``compile=True``; its wall per iteration against the graphed forward of its block).
-e. ``embedded``: ``jacobigen bench --compile`` on the embedded model (subprocess, with a timeout).
-f. ``table``: Lumina-mGPT-7B at 768 px (2,357 tokens): seconds per image from the measured forward
+   iteration is wall minus forward.
+e. ``compiled``: a few presets with the whole step compiled under each of ``--step-backends`` and,
+   on CUDA, replayed as one CUDA graph (``decode.replay``): the steady-state wall per iteration
+   (the warm step and the recording left out) against the graphed forward of its block.
+f. ``embedded``: ``jacobigen bench --compile`` on the embedded model (subprocess, with a timeout).
+g. ``table``: Lumina-mGPT-7B at 768 px (2,357 tokens): seconds per image from the measured forward
    and bookkeeping, for AR and the papers' step compressions, beside the papers' published times.
 
 Each part runs under try/except; ``measure.json`` and ``measure.md`` are rewritten after every part,
@@ -27,6 +29,7 @@ benchmarks/gpu/README.md; it needs no package beyond torch (no transformers).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import json
 import os
@@ -49,6 +52,7 @@ except ImportError:  # not installed (e.g. a bare GPU machine): use the checkout
 import torch
 
 from jacobigen.core.masks import block_mask, causal
+from jacobigen.decode import replay
 from jacobigen.decode.capture import Graphed
 from jacobigen.decode.methods import parse_variant, split_variants
 from jacobigen.models.families.chameleon import DEFAULTS, lumina_7b_config
@@ -77,6 +81,7 @@ FULL = dict(
     budget_overhead=150.0,
     budget_compiled=150.0,
     embedded_timeout=150.0,
+    step_backends="eager,inductor",
 )
 TINY = dict(
     sizes=[1, 4, 8],
@@ -91,6 +96,7 @@ TINY = dict(
     budget_overhead=60.0,
     budget_compiled=60.0,
     embedded_timeout=240.0,
+    step_backends="eager",
 )
 PRESETS = "ar,sjd,scd-mc,scd-gs,sjd-pac,sjd-vp,scd-mc+pac+vp"
 COMPILED_PRESETS = "ar,scd-mc,sjd-pac"
@@ -349,41 +355,56 @@ def overhead(model, device, args, result, report):
 
 
 def compiled_overhead(model, device, args, result, report):
-    """The whole step compiled (inductor, the forward inside its graph, no CUDA graph): wall per
-    iteration, and against the graphed forward of its block the bookkeeping it leaves."""
+    """The whole step compiled by each of ``--step-backends``; on CUDA it is then replayed as a
+    CUDA graph (``jacobigen.decode.replay``). Per iteration: wall, and the steady state (wall
+    less the warm step and the recording, over the other iterations) against the graphed forward
+    of its block: the bookkeeping the step leaves."""
     layout, prompt, uncond = image_setup(model, args.grid)
     result.update(runs=[], skipped=[])
     t_part = time.perf_counter()
+    captured = device.type == "cuda" or args.emulate_graphs
     for name in split_variants(args.compiled_methods):
-        window = parse_variant(name).window or max(args.windows)
-        if time.perf_counter() - t_part > args.budget_compiled:
-            result["skipped"].append({"method": name, "window": window})
-            continue
-        t0 = time.perf_counter()
-        run_preset(model, name, window, layout, prompt, uncond, compile=args.backend)
-        setup = time.perf_counter() - t0
-        s = run_preset(model, name, window, layout, prompt, uncond, compile=args.backend)
-        iters = max(len(s.committed), 1)
-        block = block_size(parse_variant(name).build(window), layout)
-        fwd = best_forward_ms(report, block)
-        wall_ms = 1e3 * s.wall_time / iters
-        result["runs"].append(
-            {
-                "method": name,
-                "window": window,
-                "step": "compiled",
-                "block": block,
-                "nfe": s.nfe,
-                "iterations": iters,
-                "wall_s": s.wall_time,
-                "wall_ms_per_iter": wall_ms,
-                "graphed_forward_ms": fwd,
-                "bookkeeping_ms_per_iter": None if fwd is None else wall_ms - fwd,
-                "compile_s": setup,
-            }
-        )
-        write_partial(result)
-    result["status"] = "partial" if result["skipped"] else "ok"
+        for backend in args.step_backends.split(","):
+            how = True if backend == "inductor" else backend
+            window = parse_variant(name).window or max(args.windows)
+            if time.perf_counter() - t_part > args.budget_compiled:
+                result["skipped"].append({"method": name, "window": window, "backend": backend})
+                continue
+            try:
+                t0 = time.perf_counter()
+                run_preset(model, name, window, layout, prompt, uncond, compile=how)
+                setup = time.perf_counter() - t0
+                s = run_preset(model, name, window, layout, prompt, uncond, compile=how)
+            except Exception as e:  # one backend failing leaves the others' rows
+                result.setdefault("errors", {})[f"{name} {backend}"] = error_text(e)[-600:]
+                free_memory(device)
+                continue
+            iters = max(len(s.committed), 1)
+            block = block_size(parse_variant(name).build(window), layout)
+            fwd = best_forward_ms(report, block)
+            steady = 1e3 * (s.wall_time - s.capture_time) / max(iters - 2, 1) if captured else None
+            wall_ms = 1e3 * s.wall_time / iters
+            per_iter = steady if captured else wall_ms
+            result["runs"].append(
+                {
+                    "method": name,
+                    "window": window,
+                    "step": f"{'captured' if captured else 'compiled'} ({backend})",
+                    "backend": backend,
+                    "block": block,
+                    "nfe": s.nfe,
+                    "iterations": iters,
+                    "wall_s": s.wall_time,
+                    "wall_ms_per_iter": wall_ms,
+                    "capture_s": s.capture_time,
+                    "steady_ms_per_iter": steady,
+                    "graphed_forward_ms": fwd,
+                    "bookkeeping_ms_per_iter": None if fwd is None else per_iter - fwd,
+                    "compile_s": setup,
+                }
+            )
+            write_partial(result)
+    result["status"] = "partial" if result["skipped"] or result.get("errors") else "ok"
 
 
 # --- e: the embedded model ------------------------------------------------------------------------
@@ -391,6 +412,7 @@ def compiled_overhead(model, device, args, result, report):
 
 def embedded_bench(out: Path, args, result):
     dest = out / "embedded"
+    backend = args.embedded_backend or args.backend
     cmd = [
         sys.executable,
         "-c",
@@ -407,7 +429,7 @@ def embedded_bench(out: Path, args, result):
         "--device",
         args.device,
         "--compile",
-        *([] if args.backend is True else ["--compile-backend", args.backend]),
+        *([] if backend is True else ["--compile-backend", backend]),
         "--out",
         str(dest),
     ]
@@ -424,15 +446,16 @@ def embedded_bench(out: Path, args, result):
     result.update(
         returncode=proc.returncode, seconds=time.perf_counter() - t0, output_tail=(proc.stdout + proc.stderr)[-2000:]
     )
-    for extra in [*dest.rglob("*.png"), *dest.glob("*/*")]:  # the lent machine returns at most 8 files:
+    for extra in {*dest.rglob("*.png"), *dest.glob("*/*")}:  # the lent machine returns at most 8 files:
         extra.unlink()  # keep the top bench.json (every setting) and bench.md
     if proc.returncode != 0:
         raise RuntimeError(f"jacobigen bench exited with {proc.returncode}:\n{(proc.stdout + proc.stderr)[-1500:]}")
     bench = json.loads((dest / "bench.json").read_text())
     keys = ("method", "window", "lossless", "nfe", "wall", "step_compression", "latency_speedup")
     keys += ("graph_breaks", "recompiles", "tokens_equal_eager")
-    result["rows"] = [{k: r.get(k) for k in keys} for r in bench.get("rows", [])]
-    result["baseline"] = bench.get("baseline")
+    settings = bench.get("settings", {"": bench})  # eager and compiled, per thread count
+    result["rows"] = [{"setting": n, **{k: r.get(k) for k in keys}} for n, st in settings.items() for r in st["rows"]]
+    result["baseline"] = {n: st.get("baseline") for n, st in settings.items()}
 
 
 # --- f: Lumina-mGPT-7B at 768 px ------------------------------------------------------------------
@@ -452,8 +475,8 @@ def projection(report: dict, result):
         block = 1 if paper == "ar" else 32
         fwd = best_forward_ms(report, block)
         book = mine["bookkeeping_ms_per_iter"] if mine else None
-        comp = next((r for r in compiled if r["method"] == method), None)
-        book_c = comp["bookkeeping_ms_per_iter"] if comp else None
+        comp = [r["bookkeeping_ms_per_iter"] for r in compiled if r["method"] == method]
+        book_c = min((b for b in comp if b is not None), default=None)
         forwards = LUMINA_768 / compression
         row = {"method": paper, "step_compression": compression, "forwards": forwards, "forward_ms": fwd}
         row["published_s"] = published
@@ -550,12 +573,13 @@ def markdown(report: dict) -> str:
         lines += [
             "## Embedded model, compiled step (`" + " ".join(e["command"]) + "`)",
             "",
-            "| method | window | nfe | wall s | step compression | latency speedup | graph breaks | recompiles "
-            "| tokens = eager |",
-            "|---|---|---|---|---|---|---|---|---|",
+            "| setting | method | window | nfe | wall s | step compression | latency speedup | graph breaks "
+            "| recompiles | tokens = eager |",
+            "|---|---|---|---|---|---|---|---|---|---|",
         ]
         lines += [
-            f"| {r['method']} | {r['window']} | {fmt(r['nfe'], '.1f')} | {fmt(r['wall'], '.3f')} | "
+            f"| {r.get('setting', '')} | {r['method']} | {r['window']} | {fmt(r['nfe'], '.1f')} | "
+            f"{fmt(r['wall'], '.3f')} | "
             f"{fmt(r['step_compression'], '.2f')} | {fmt(r['latency_speedup'], '.2f')} | "
             f"{fmt(r.get('graph_breaks'), 'd')} | {fmt(r.get('recompiles'), 'd')} | {r.get('tokens_equal_eager')} |"
             for r in e["rows"]
@@ -612,6 +636,10 @@ def parse(argv=None):
         p.add_argument(f"--budget-{part}", type=float, default=None, help=f"seconds for the {part} part")
         p.add_argument(f"--skip-{part}", action="store_true")
     p.add_argument("--backend", default=True, help="torch.compile backend (default inductor; eager: trace only)")
+    p.add_argument("--plain-compiled", action="store_true", default=None, help="also the compiled+graphed plain loop")
+    p.add_argument("--embedded-backend", default=None, help="the embedded bench's backend")
+    p.add_argument("--step-backends", default=None, help="backends the compiled part runs each preset under")
+    p.add_argument("--emulate-graphs", action="store_true", help="replay the compiled part's steps on the CPU (tests)")
     p.add_argument("--skip-embedded", action="store_true")
     p.add_argument("--embedded-timeout", type=float, default=None)
     p.add_argument("--embedded-methods", default="ar,sjd,scd-mc,scd-gs,sjd-pac,pjd")
@@ -699,13 +727,15 @@ def main(argv=None) -> dict:
     model = None
     held.clear()
     free_memory(device)
-    part("embedded", lambda res: embedded_bench(out, args, res), skip=args.skip_embedded)
-    if not args.skip_compiled:  # last: compiling a 7B step is the part whose cost is least known
+    if not args.skip_compiled:
         held["model"], _ = build_model(TINY_SHAPE if args.tiny else lumina_7b_config(), device)
-        part("compiled", lambda res: compiled_overhead(held["model"], device, args, res, report))
+        with replay.on_cpu() if args.emulate_graphs else contextlib.nullcontext():
+            part("compiled", lambda res: compiled_overhead(held["model"], device, args, res, report))
         held.clear()
+        free_memory(device)
     else:
         report["compiled"]["status"] = "skipped"
+    part("embedded", lambda res: embedded_bench(out, args, res), skip=args.skip_embedded)
     part("table", lambda res: projection(report, res))
     report["meta"]["total_seconds"] = time.perf_counter() - t_start
     write(report, out)

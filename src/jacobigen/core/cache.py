@@ -76,3 +76,17 @@ class KVCache:
             for buf in (*self.keys, *self.values):
                 buf[rows, :, dst] = buf[rows, :, src]
         self.lengths = self.lengths + counts
+
+
+class CacheRows(KVCache):
+    """Rows ``start:stop`` of a cache as a cache of their own, sharing its buffers: a forward of
+    those rows alone writes in place. (The decoder commits on the whole cache, never on this.)"""
+
+    def __init__(self, cache: KVCache, start: int, stop: int):
+        self.keys = [k[start:stop] for k in cache.keys]
+        self.values = [v[start:stop] for v in cache.values]
+        self.lengths = cache.lengths[start:stop]
+        self.capacity = cache.capacity
+        self._index: torch.Tensor | None = None
+        self._rows: torch.Tensor | None = None
+

@@ -77,6 +77,12 @@ def default_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
+def sync(device: torch.device) -> None:
+    """Wait for an accelerator's queued work (a no-op on the CPU), for honest timings."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
 def model_device(model: ImageModel) -> torch.device:
     """The device of the model's first parameter; a model without one gets a ConfigError rather than
     a bare StopIteration from deep inside the decoder."""

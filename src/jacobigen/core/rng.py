@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from .kernels import cumsum
+from .recording import recording
 
 _MASK32 = 0xFFFFFFFF
 
@@ -89,7 +90,7 @@ _SMALL = 4096
 
 def _on_cpu(keys) -> bool:
     """Keys a host-side hash may take: CPU tensors, outside a compiled graph (which traces torch only)."""
-    if torch.compiler.is_compiling():
+    if recording():
         return False
     return all(k.device.type == "cpu" for k in keys if torch.is_tensor(k))
 

@@ -34,6 +34,7 @@ class DecodeStats:
     sibling_tokens: list[int] = field(default_factory=list)
     wall_time: float = 0.0
     forward_time: float | None = 0.0
+    capture_time: float = 0.0  # warm steps and graph recordings of a replayed step (inside wall_time)
     lossless: bool = True  # False for relaxed (lossy) verifiers
     when: torch.Tensor | None = field(default=None, repr=False, compare=False)  # [B, length] iteration
     #   that committed each token (0: the prefill): the acceptance map
@@ -59,7 +60,8 @@ class DecodeStats:
         """One iteration: row r decoded sequence ``sequences[r]``, evaluated ``nodes[r]`` block
         nodes and committed ``step[r]`` tokens, ``siblings[r]`` of them off the spine. Kept on the
         device until :meth:`finish`, so recording costs no host sync."""
-        self._pending.append((torch.where(active, sequences, -1), step, nodes, siblings))
+        # one stacked copy: a replayed step rewrites its outputs in place at the next step
+        self._pending.append(torch.stack([torch.where(active, sequences, -1), step, nodes, siblings]))
 
     def finish(self, nfe: int, wall: float, forward: float | None) -> None:
         if self._pending:
@@ -123,4 +125,5 @@ class DecodeStats:
             "wall_time": self.wall_time,
             "forward_time": self.forward_time,
             "overhead_time": self.overhead_time,
+            "capture_time": self.capture_time,
         }

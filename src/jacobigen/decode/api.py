@@ -33,8 +33,9 @@ def make_decoder(
     timing: bool = False,
     latents: torch.Tensor | None = None,
     compile: bool | str = False,
+    batch_invariant: bool = True,
 ) -> JacobiDecoder:
-    return JacobiDecoder(model, layout, sampling, parts, timing, latents, compile)
+    return JacobiDecoder(model, layout, sampling, parts, timing, latents, compile, batch_invariant)
 
 
 def _ids(row, name: str) -> list:
@@ -104,6 +105,7 @@ def generate(
     timing: bool = False,
     latents: torch.Tensor | None = None,
     compile: bool | str = False,
+    batch_invariant: bool = True,
     **options,
 ) -> Generation:
     """Sample image token grids for one prompt (list of ids) or a batch of prompts.
@@ -113,8 +115,11 @@ def generate(
     other than 1, ``uncond`` is the unconditional prompt (one for all, or one per sequence).
     ``batch_size`` caps the sequences decoded together (default: all at once); when it is
     smaller, a finished sequence's row takes the next waiting one. Each sequence's tokens depend
-    only on its prompt and seed, never on the batch it ran in (exactly so in float64; in float32
-    the model's kernels may round differently by batch size, see the README).
+    only on its prompt and seed, never on the batch it ran in: with ``batch_invariant`` (the
+    default) each sequence gets its own forward calls (a matmul rounds by its row count), so its
+    tokens are bit-identical alone and batched in any dtype; ``batch_invariant=False`` lets the
+    batch share one forward (faster where batching pays, a GPU; the distribution is the same, a
+    float32 draw near a boundary may then differ).
     ``timing=True`` syncs an accelerator around each forward so that ``stats.forward_time`` is
     real (on a CPU it always is; on a GPU it is None otherwise, and the loop never waits).
     ``latents`` [image ids, d] place the image ids for GSD/LANTERN's neighbours (a VQ codebook;
@@ -138,8 +143,9 @@ def generate(
     sampling = SamplingConfig(temperature=temperature, top_k=top_k, top_p=top_p, cfg=cfg)
     rows, seeds = prompt_rows(prompt, seed, uncond, sampling.guided)
     parts = spec.build(window, **options)
-    tokens, stats = make_decoder(model, layout, sampling, parts, timing, latents, compile).run(
-        rows, seeds, progress, batch_size
-    )
+    if not isinstance(batch_invariant, bool):
+        raise ConfigError(f"batch_invariant must be True or False, got {batch_invariant!r}")
+    decoder = make_decoder(model, layout, sampling, parts, timing, latents, compile, batch_invariant)
+    tokens, stats = decoder.run(rows, seeds, progress, batch_size)
     stats.lossless = spec.lossless
     return Generation(tokens, layout.grid(tokens), stats, spec)

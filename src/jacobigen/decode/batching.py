@@ -63,6 +63,7 @@ def _decode(engine: Engine, prefixes, seeds, batch_size, on_progress):
     sched.start(b, vocab, cache)
     engine.parts.drafter.start(b, sched.slot_count, vocab, dev)
     engine.nfe, engine.forward_time = 0, 0.0
+    capture_before = engine.capture_time
     stats = DecodeStats.start(total)
     out = torch.zeros(total, length, dtype=torch.int64, device=dev)
     when = torch.zeros(total, length, dtype=torch.int64, device=dev)
@@ -133,6 +134,7 @@ def _decode(engine: Engine, prefixes, seeds, batch_size, on_progress):
                 running = running[rows]
 
     stats.finish(nfe=engine.nfe, wall=time.perf_counter() - t_start, forward=engine.measured_forward_time)
+    stats.capture_time = engine.capture_time - capture_before
     stats.when = when.cpu()
     return out, stats
 

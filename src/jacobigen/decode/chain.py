@@ -15,6 +15,7 @@ import torch
 
 from ..core.masks import BandMask, block_mask, causal
 from ..core.mrs import gather_rows
+from ..core.recording import recording
 from ..parts.drafters import Slots
 from ..parts.tree import AutoBudget, arrange, rank_candidates, select, universe
 from ..parts.verifiers import Window
@@ -67,7 +68,7 @@ class Chain:
 
     def _empties(self, b: int) -> None:
         """The empty slots and tree of a window without drafts, for b rows: made once per batch size
-        (a compiled step must not build a cache of them as it runs)."""
+        (a recorded step must not build a cache of them as it runs)."""
         empty = torch.zeros(b, 0, dtype=torch.int64, device=self.device)
         q = torch.zeros(b, 0, self.q.shape[-1], device=self.device)
         self.no_slots = Slots(empty, q, empty.bool(), empty, q, empty.bool())
@@ -136,10 +137,10 @@ class Chain:
 
     def _tree(self, seg: Segments, root: torch.Tensor, m: torch.Tensor):
         """This iteration's trees (None when no row's tree holds a sibling: the chain's own path).
-        A compiled step never reads the device here: it always lays out the tree, whose budget may
+        A recorded step never reads the device here: it always lays out the tree, whose budget may
         leave it without a sibling (then it verifies and commits exactly as the chain would)."""
         uni, win, w, d = self.universe, seg.window, self.drafts, self.levels
-        static = torch.compiler.is_compiling()
+        static = recording()
         if self.auto:
             self.auto.prepare(m)
             q = win.q[:, :d]

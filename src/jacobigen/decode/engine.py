@@ -14,14 +14,17 @@ from dataclasses import dataclass
 
 import torch
 
-from ..core.contract import model_device, prompt_lengths
+from ..core.cache import CacheRows
+from ..core.contract import model_device, prompt_lengths, sync
 from ..core.draws import Draws
 from ..core.errors import WeightsError
 from ..core.masks import block_mask, prefix_structure
+from ..core.recording import recording
 from ..core.rng import Stream
 from ..core.sampling import SamplingConfig, TargetPipeline
 from ..parts.verifiers import Window
 from .capture import captured
+from .replay import OpReplay, Replayed, recorder_for
 
 
 def model_rows(rows: torch.Tensor, group: int) -> torch.Tensor:
@@ -34,12 +37,6 @@ def per_model_row(x: torch.Tensor, group: int) -> torch.Tensor:
     if group == 1:
         return x
     return x.unsqueeze(1).expand(-1, group, *x.shape[1:]).reshape(-1, *x.shape[1:])
-
-
-def sync(device: torch.device) -> None:
-    """Wait for an accelerator's queued work (a no-op on the CPU), for honest timings."""
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 @dataclass
@@ -106,16 +103,25 @@ class Engine:
         targets: TargetPipeline,
         timing: bool = False,
         compile: bool | str = False,
+        batch_invariant: bool = True,
     ):
         self.model, self.layout, self.parts, self.schedule = model, layout, parts, schedule
         self.device = model_device(model)
         self.last_position = model.max_seq_len - 1
         self.group = 2 if sampling.guided else 1
         self.targets_of = targets
+        self.invariant = batch_invariant
         self.timed = timing and self.device.type == "cuda" and not compile  # timing syncs only when asked
         self.nfe, self.forward_time = 0, 0.0
-        self.compiled = bool(compile)
-        self._advance = captured(self._step, compile) if compile else self._step
+        recorder = recorder_for(self.device, compile)
+        self.compiled = bool(compile) or recorder is not None
+        # the stand-in records ATen ops as they run: it takes the step as it is
+        step = captured(self._step, compile) if compile and recorder is not OpReplay else self._step
+        self._advance = Replayed(step, self._state, recorder) if recorder else step
+
+    def _state(self, fl: Flight, cache) -> tuple:
+        """The objects whose attributes are the step's state (what a replayed step keeps in place)."""
+        return fl, cache, self.schedule, self.parts.drafter, self.parts.verifier, self.targets_of
 
     # --- model access -----------------------------------------------------------------------
 
@@ -129,17 +135,37 @@ class Engine:
 
     def _run_model(self, tokens, positions, mask, cache, prompt_len: torch.Tensor) -> torch.Tensor:
         """One forward; ``prompt_len`` [R]: each model row's prompt length, for a model that needs it.
-        Inside a compiled step the forward is not timed apart (the step is one graph)."""
-        if torch.compiler.is_compiling():
-            return self.model(tokens, positions, mask, cache, **prompt_lengths(self.model, prompt_len))
+        Inside a recorded step the forward is not timed apart (the step is one graph)."""
+        if recording():
+            return self._call(tokens, positions, mask, cache, prompt_len)
         if self.timed:
             sync(self.device)
         t0 = time.perf_counter()
-        logits = self.model(tokens, positions, mask, cache, **prompt_lengths(self.model, prompt_len))
+        logits = self._call(tokens, positions, mask, cache, prompt_len)
         if self.timed:
             sync(self.device)
         self.forward_time += time.perf_counter() - t0
         return logits
+
+    def _call(self, tokens, positions, mask, cache, prompt_len: torch.Tensor) -> torch.Tensor:
+        """The model on these rows; with batch invariance once per sequence (its model rows), so that
+        a sequence's logits never depend on the batch: a matmul's rounding depends on its row count
+        (CPU and GPU kernels pick their blocking by shape), and everything else is row by row."""
+        g, total = self.group, tokens.shape[0]
+        if not self.invariant or total <= g:
+            return self.model(tokens, positions, mask, cache, **prompt_lengths(self.model, prompt_len))
+        return torch.cat(
+            [
+                self.model(
+                    tokens[r : r + g],
+                    positions[r : r + g],
+                    mask[r : r + g],
+                    CacheRows(cache, r, r + g),
+                    **prompt_lengths(self.model, prompt_len[r : r + g]),
+                )
+                for r in range(0, total, g)
+            ]
+        )
 
     @property
     def measured_forward_time(self) -> float | None:
@@ -150,19 +176,15 @@ class Engine:
         return self.forward_time if self.timed or self.device.type == "cpu" else None
 
     def prefill(self, prefixes: list[list[int]], cache, seeds: torch.Tensor) -> torch.Tensor:
-        """One forward over all prompts (model rows, right-padded) into ``cache``; returns the first
-        generated token of each sequence, drawn as it would be alone."""
+        """The prompts (model rows, right-padded) into ``cache``: one forward, or with batch
+        invariance one per sequence at its own width; returns the first generated token of each
+        sequence, drawn as it would be alone."""
         base = torch.tensor([len(p) for p in prefixes], device=self.device)
-        width = max(len(p) for p in prefixes)
-        rows = torch.zeros(len(prefixes), width, dtype=torch.int64)
-        for r, pre in enumerate(prefixes):
-            rows[r, : len(pre)] = torch.tensor(pre)
-        rows = rows.to(self.device)
-        positions = torch.arange(width, device=self.device).expand_as(rows)
-        mask = block_mask(cache.lengths, cache.capacity, prefix_structure(base, width))
-        logits = self._run_model(rows, positions, mask, cache, base)
+        n = len(prefixes)
+        step = self.group if self.invariant else n
+        chunks = [(cache if step == n else CacheRows(cache, r, r + step), slice(r, r + step)) for r in range(0, n, step)]
+        last = torch.cat([self._prefill(prefixes[rows], view, base[rows]) for view, rows in chunks])
         self.nfe += 1
-        last = logits[torch.arange(len(prefixes), device=self.device), base - 1][:, None]
         if bool((last.isnan() | last.isposinf()).any()):  # -inf is how adapters rule ids out; one read per admission
             raise WeightsError(
                 f"the model ({getattr(self.model, 'name', type(self.model).__name__)}) returned "
@@ -172,6 +194,23 @@ class Engine:
         zero = torch.zeros(seeds.shape[0], 1, dtype=torch.int64, device=self.device)
         p0 = self.targets_of(last, zero)[:, 0]
         return Draws(seeds, torch.zeros_like(seeds)).sample(p0, zero[:, 0], Stream.SAMPLE)
+
+    def _prefill(self, prefixes: list[list[int]], cache, base: torch.Tensor) -> torch.Tensor:
+        """One forward of these prompts; the logits after each one's last token [rows, 1, vocab]."""
+        width = max(len(p) for p in prefixes)
+        rows = torch.zeros(len(prefixes), width, dtype=torch.int64)
+        for r, pre in enumerate(prefixes):
+            rows[r, : len(pre)] = torch.tensor(pre)
+        rows = rows.to(self.device)
+        positions = torch.arange(width, device=self.device).expand_as(rows)
+        mask = block_mask(cache.lengths, cache.capacity, prefix_structure(base, width))
+        logits = self._run_model(rows, positions, mask, cache, base)
+        return logits[torch.arange(len(prefixes), device=self.device), base - 1][:, None]
+
+    @property
+    def capture_time(self) -> float:
+        """Seconds this engine spent on warm steps and graph recordings (0 unless its step is replayed)."""
+        return getattr(self._advance, "setup_time", 0.0)
 
     # --- the step ---------------------------------------------------------------------------
 

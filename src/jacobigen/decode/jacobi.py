@@ -47,6 +47,7 @@ class JacobiDecoder:
         timing: bool = False,
         latents=None,
         compile: bool | str = False,
+        batch_invariant: bool = True,
     ):
         if parts.window < 1:
             raise ConfigError(f"window must be >= 1, got {parts.window}")
@@ -57,7 +58,7 @@ class JacobiDecoder:
         else:
             schedule = Chain(layout, parts.window, parts.tree, targets, device)
         parts.verifier.bind(model, layout, latents)  # relaxed verifiers look up their neighbours once
-        self.engine = Engine(model, layout, sampling, parts, schedule, targets, timing, compile)
+        self.engine = Engine(model, layout, sampling, parts, schedule, targets, timing, compile, batch_invariant)
 
     def run(self, prefixes: list[list[int]], seeds: list[int], progress: bool = False, batch_size: int | None = None):
         """prefixes: one token list per model row (cond, uncond interleaved when guided);

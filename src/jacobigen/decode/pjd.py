@@ -40,6 +40,7 @@ import torch
 
 from ..core.errors import ConfigError
 from ..core.masks import block_mask
+from ..core.recording import recording
 from ..core.registry import register
 from ..core.rng import Stream
 from ..parts.drafters import Slots
@@ -215,7 +216,7 @@ class Rows:
             zeros.bool(),
             zeros,
             zeros - 1,
-            # the shape and strides a compiled step keeps: a view of each segment's targets, tree included
+            # the shape and strides a recorded step keeps: a view of each segment's targets, tree included
             self._targets(rows, vocab),
             torch.zeros(rows, a, self.wd, dtype=torch.int64, device=dev),
             torch.zeros(rows, a, self.wd, vocab, device=dev),
@@ -243,13 +244,13 @@ class Rows:
         self.slot_pos = self.slot_pos[model_rows(rows, group)]
         m = self.memory
         p = m.p[rows]
-        if p.shape[1:3] == (self.segments_max, self.wd + 1):  # the full layout a compiled step keeps
+        if p.shape[1:3] == (self.segments_max, self.wd + 1):  # the full layout a recorded step keeps
             p = self._targets(rows.shape[0], p.shape[-1]).copy_(p)
         self.memory = Memory(m.base[rows], m.window[rows], m.cnt[rows], m.w[rows], p, m.tokens[rows], m.q[rows])
 
     def _targets(self, rows: int, vocab: int) -> torch.Tensor:
         """Zeroed memory of the targets [rows, A, W + 1, V], laid out as the step leaves it (a view of
-        every segment's targets, tree included), so that a compiled step sees one layout throughout."""
+        every segment's targets, tree included), so that a recorded step sees one layout throughout."""
         return torch.zeros(rows, self.segments_max, self.size(self.wd), vocab, device=self.device)[:, :, : self.wd + 1]
 
     # --- which rows are in flight ---------------------------------------------------------------
@@ -291,7 +292,7 @@ class Rows:
         was (its q still holds)."""
         plan = self.now = self.plan(self.cnt, self.uncached)
         a = plan.rows.shape[1]
-        if torch.compiler.is_compiling():  # a compiled step keeps every segment slot: one block shape
+        if recording():  # a recorded step keeps every segment slot: one block shape
             self.a_t, self.w_t = a, self.wd
         else:
             self.a_t, self.w_t = torch.stack(
@@ -414,7 +415,7 @@ class Rows:
         self.uncached = (self.uncached & (kept_tails == 0)) | (top & plan.live[:, None])
         self.cnt = self.cnt.scatter_add(1, plan.rows[:, :a_t], step)
         self.memory = Memory(
-            plan.rows.amin(1),  # segment 0's row (a fresh tensor: one layout for a compiled step)
+            plan.rows.amin(1),  # segment 0's row (a fresh tensor: one layout for a recorded step)
             plan.window,
             plan.cnt,
             torch.where(plan.in_block, plan.w, -1),

@@ -36,6 +36,7 @@ import torch
 
 from ..core.draws import Draws
 from ..core.errors import ConfigError
+from ..core.recording import recording
 from ..core.registry import register
 from ..core.rng import Stream
 
@@ -251,12 +252,12 @@ def rank_candidates(
 def select(uni: Universe, ranking: Ranking, count: torch.Tensor, spine: torch.Tensor) -> TreeNodes:
     """The ``count`` [R] best off-spine nodes after ``spine`` [R] drafts: block index spine + 1 +
     slot, in breadth-first order (parents first). Reads the ranks in use (one host read), except in
-    a compiled step, which keeps every rank and lets the verifier skip the absent ones."""
+    a recorded step, which keeps every rank and lets the verifier skip the absent ones."""
     first = (torch.arange(uni.size, device=count.device) < count[:, None]) & (ranking.best > float("-inf"))
     chosen = torch.zeros_like(first).scatter_(1, ranking.order, first)
     index = torch.where(chosen, spine[:, None] + chosen.long().cumsum(1), -1)
     index = torch.where(uni.spine, uni.level, index)
-    if torch.compiler.is_compiling():
+    if recording():
         return TreeNodes(uni, index, spine, [uni.width] * uni.levels)
     used = ((index >= 0) * (uni.rank + 1)).amax(0)
     ranks = torch.stack([used[a:b].max() for a, b in itertools.pairwise(uni.starts)]).tolist()

@@ -42,8 +42,9 @@ def without(q: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
 
 
 def _constant(make: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
-    """``make(*args)``, made once per arguments in eager runs; a compiled step builds it inside its
-    graph (dynamo would warn about the cache and trace through it anyway)."""
+    """``make(*args)``, made once per arguments; a compiled step builds it inside its graph (dynamo
+    would warn about the cache and trace through it anyway). A captured step reads the cached one:
+    made at its first, uncaptured step, so no host-to-device copy happens inside a capture."""
     cached = functools.lru_cache(maxsize=64)(make)
     return lambda *args: make(*args) if torch.compiler.is_compiling() else cached(*args)
 

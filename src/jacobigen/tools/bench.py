@@ -24,12 +24,11 @@ from PIL import Image
 from tqdm.auto import tqdm
 
 from ..core.checks import image_seeds
-from ..core.contract import model_device
+from ..core.contract import model_device, sync
 from ..core.errors import ConfigError, JacobigenError
 from ..core.stats import step_compression
 from ..decode.api import generate
 from ..decode.capture import Graphed, compile_counts
-from ..decode.engine import sync
 from ..decode.methods import parse_variant
 from ..models.bundle import ModelBundle, encode_one
 from . import extras

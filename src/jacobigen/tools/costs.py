@@ -13,9 +13,8 @@ import time
 
 import torch
 
-from ..core.contract import model_device
+from ..core.contract import model_device, sync
 from ..core.masks import block_mask, causal
-from ..decode.engine import sync
 
 
 def forward_cost_curve(model, sizes: list[int], context: int = 64, reps: int = 5, rows: int = 1) -> dict[int, float]:

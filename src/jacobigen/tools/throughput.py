@@ -15,8 +15,7 @@ from pathlib import Path
 from tqdm.auto import tqdm
 
 from ..core.checks import image_seeds
-from ..core.contract import model_device
-from ..decode.engine import sync
+from ..core.contract import model_device, sync
 from ..decode.methods import get_method
 from ..models.bundle import ModelBundle
 from . import extras
