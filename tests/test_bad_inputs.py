@@ -66,6 +66,39 @@ CASES = [
         2,
         "cannot write --out-dir",
     ),
+    # outputs never replace what is at their path, and no two outputs of a run share a file (issue 39)
+    Case(
+        "--stats naming a device",
+        "heart --model random --out {tmp}/d.png --stats /dev/null",
+        2,
+        "--stats /dev/null is a device, not a regular file",
+        writes="{tmp}/d.png",
+    ),
+    Case("--out naming a FIFO", "heart --model random --out {tmp}/fifo.png", 2, "is a FIFO, not a regular file"),
+    Case("--out a symlink to a device", "heart --model random --out {tmp}/null.png", 2, "(-> /dev/null) is a device"),
+    Case(
+        "--out and --stats the same file",
+        "heart --model random --out {tmp}/same.png --stats {tmp}/same.png",
+        2,
+        "--out and --stats both write",
+        writes="{tmp}/same.png",
+    ),
+    Case(
+        "--stats where --trace writes",
+        "heart --model random --out {tmp}/t.png --stats {tmp}/t.trace.png --trace",
+        2,
+        "--stats and --trace both write",
+        writes="{tmp}/t.png",
+    ),
+    Case(
+        "an --out name longer than the file system takes",
+        "heart --model random --out {tmp}/" + "x" * 250 + ".png",
+        2,
+        "this file system takes 255: shorten it",
+    ),
+    Case("--size with --prompts", "--prompts {tmp}/ok.txt --size 64", 2, "--size sets the tiles of one sheet"),
+    Case("a method option given twice", "heart -o alpha=0.5 -o alpha=0.7", 2, "option alpha is given twice"),
+    Case("--threads far above the cores", "heart --threads 100000", 2, "100000 threads on"),
     Case("window 0", "heart --window 0", 2, "'--window': 0 is not in the range x>=1"),
     Case("window not a number", "heart --window many", 2, "'--window': 'many' is not a valid integer"),
     Case("huge image size", "heart --size 100000", 2, "'--size': 100000 is not in the range 8<=x<=4096"),
@@ -191,6 +224,8 @@ def files(tmp_path_factory):
     (tmp / "comments.txt").write_text("# nothing\n\n")
     (tmp / "ok.txt").write_text("red heart\n")
     (tmp / "file").write_text("a file, not a folder\n")
+    os.mkfifo(tmp / "fifo.png")
+    (tmp / "null.png").symlink_to("/dev/null")
     return tmp
 
 

@@ -59,7 +59,7 @@ def test_bad_layout(kwargs, message):
 
 
 def test_layout_larger_than_vocab(model):
-    with pytest.raises(ConfigError, match="exceeds the model vocabulary"):
+    with pytest.raises(ConfigError, match="exceed the model vocabulary"):
         generate(model, PROMPT, layout=ImageLayout(2, 2, (0, 10**5)))
 
 

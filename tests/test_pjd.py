@@ -201,4 +201,4 @@ def test_presets_are_lossy_and_cli_runs(tmp_path):
         ],
     )
     assert res.exit_code == 0, res.output
-    assert "pjd (lossy)" in res.output and "step compression" in res.output
+    assert "pjd = pjd+sjd (lossy)" in res.output and "step compression" in res.output

@@ -10,16 +10,18 @@ from __future__ import annotations
 import io
 import json
 import math
+import os
 import warnings
 from pathlib import Path
 
 import click
+from click.core import ParameterSource
 
 from .core.checks import MAX_SEED, image_seeds, number, parse_options
 from .core.errors import ConfigError, JacobigenError, PromptWarning
 from .models import embedded as E
 from .tools import extras
-from .tools.files import atomic_write, check_writable, read_prompts
+from .tools.files import FolderLock, atomic_write, check_writable, distinct, read_prompts
 
 MAX_IMAGES = 1_000_000  # --num-images
 MAX_SHEET_IMAGES = 256  # images in one --out sheet (more: --prompts FILE --out-dir DIR)
@@ -149,6 +151,20 @@ def check_seeds(seed: int, n: int) -> list[int]:
         raise click.BadParameter(str(e), param_hint="--seed") from e
 
 
+def trace_path(out: Path) -> Path:
+    return out.with_name(out.stem + ".trace.png")
+
+
+def check_outputs(out: Path, stats_path: Path | None, trace: bool) -> None:
+    """--out, --stats and --trace's file, before any work: each a regular file (or a symlink to one,
+    followed) or nothing yet, writable, and no two of them the same file."""
+    named = {"--out": out, "--stats": stats_path, "--trace": trace_path(out) if trace else None}
+    distinct(named)
+    for what, path in named.items():
+        if path is not None:
+            check_writable(path, what)
+
+
 def check_method(method: str, window: int, options: dict) -> None:
     """The method and its options, built once before the model loads (their parts check them)."""
     from .decode.methods import get_method
@@ -157,10 +173,30 @@ def check_method(method: str, window: int, options: dict) -> None:
     spec.build(spec.window or window, **options)
 
 
+MAX_THREADS_PER_CORE = 4  # --threads above this many per core is refused
+
+
+def _threads(ctx, param, value):
+    """More torch threads than cores only wait on each other: a warning above the cores, refused far
+    above them (--threads 1000 on 2 cores ran 25x slower)."""
+    if value is None:
+        return None
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    if value > MAX_THREADS_PER_CORE * cores:
+        raise click.BadParameter(
+            f"{value} threads on {cores} core(s): at most {MAX_THREADS_PER_CORE * cores}; threads beyond "
+            "the cores only wait on each other"
+        )
+    if value > cores:
+        click.echo(f"warning: --threads {value} is more than the {cores} core(s) here: expect it slower", err=True)
+    return value
+
+
 THREADS = click.option(
     "--threads",
     type=click.IntRange(min=1),
     default=None,
+    callback=_threads,
     help="Torch CPU threads (default: 1 for a model under 50M parameters on the CPU, where a second "
     "OpenMP thread stalls whenever the other core is busy; else torch's default).",
 )
@@ -351,6 +387,8 @@ def generate(
         k: v for k, v in dict(cfg=cfg, temperature=temperature, top_k=top_k, top_p=top_p).items() if v is not None
     }
     if jobs_run:
+        if click.get_current_context().get_parameter_source("size") is not ParameterSource.DEFAULT:
+            raise click.UsageError("--size sets the tiles of one sheet; --prompts/--ray write each image as made")
         texts = read_prompts(prompts_file) if prompts_file else list(prompts)
         check_seeds(seed, len(texts) * num_images)
         check_writable(out_dir, "--out-dir", folder=True)
@@ -385,9 +423,8 @@ def generate(
             param_hint="--size",
         )
     check_seeds(seed, n)
-    fmt = image_format(check_writable(out, "--out"))
-    if stats_path:
-        check_writable(stats_path, "--stats")
+    check_outputs(out, stats_path, trace)
+    fmt = image_format(out)
     check_method(method, window, options)
     _generate_sheet(
         prompts,
@@ -464,7 +501,7 @@ def _generate_sheet(
     gen, images = pipe.generate(texts, seed=seeds, progress=progress, **gen_options)
     buf = io.BytesIO()
     image_grid(images, size).save(buf, format=fmt)
-    atomic_write(out, buf.getvalue())
+    atomic_write(out, buf.getvalue(), "--out")
     _report(pipe, gen, texts, seeds, gen_options["window"], out, stats_path, trace)
 
 
@@ -479,7 +516,8 @@ def _report(pipe, gen, texts, seeds, window, out, stats_path, trace) -> None:
     kind = "lossless" if gen.method.lossless else "lossy"
     window = window if gen.method.window is None else gen.method.window
     what = "clip(s)" if isinstance(pipe.layout, VideoLayout) else "image(s)"
-    click.echo(f"method: {gen.method.name} ({kind}), window {window}")
+    spelled = "" if gen.method.name == gen.method.parts_text else f" = {gen.method.parts_text}"
+    click.echo(f"method: {gen.method.name}{spelled} ({kind}), window {window}")
     click.echo(
         f"NFE: {s.nfe} forward passes for {len(texts)} {what}; per {what[:-3]} {per_seq:.1f} vs "
         f"{ar_nfe} for AR -> step compression {s.step_compression(ar_nfe):.2f}x"
@@ -492,15 +530,14 @@ def _report(pipe, gen, texts, seeds, window, out, stats_path, trace) -> None:
             f"off-spine nodes, {s.tokens_per_node:.3f} tokens per node"
         )
     if stats_path:
-        atomic_write(
-            stats_path, json.dumps({"method": gen.method.name, "ar_nfe": ar_nfe, **s.as_dict()}, indent=2).encode()
-        )
+        record = {"method": gen.method.name, "parts": gen.method.parts_text, "ar_nfe": ar_nfe, **s.as_dict()}
+        atomic_write(stats_path, json.dumps(record, indent=2).encode(), "--stats")
     click.echo(f"wrote {out}")
     if trace:
-        trace_path = out.with_name(out.stem + ".trace.png")
+        traced = trace_path(out)
         titles = [f"{t} (seed {sd}): {n} passes" for t, sd, n in zip(texts, seeds, s.sequence_nfe, strict=True)]
-        extras.plots().plot_acceptance(list(pipe.layout.tiled(s.when)), titles, trace_path)
-        click.echo(f"wrote {trace_path}")
+        extras.plots().plot_acceptance(list(pipe.layout.tiled(s.when)), titles, traced)
+        click.echo(f"wrote {traced}")
 
 
 CLIP_FORMATS = {".gif": "GIF", ".png": "PNG", ".apng": "PNG", ".webp": "WEBP"}  # animated, by Pillow
@@ -575,9 +612,7 @@ def generate_video(
         )
     if out.suffix.lower() not in CLIP_FORMATS:
         raise BadInput(f"--out {out}: write an animated {', '.join(CLIP_FORMATS)} file")
-    check_writable(out, "--out")
-    if stats_path:
-        check_writable(stats_path, "--stats")
+    check_outputs(out, stats_path, trace)
     if trace:
         extras.plots()  # before any clip is generated
     seeds = check_seeds(seed, n)
@@ -597,7 +632,7 @@ def generate_video(
         duration=round(1000 / fps),
         loop=0,
     )
-    atomic_write(out, buf.getvalue())
+    atomic_write(out, buf.getvalue(), "--out")
     _report(pipe, gen, texts, seeds, window, out, stats_path, trace)
 
 
@@ -625,48 +660,49 @@ def _generate_jobs(
         "window": spec.window or settings["window"],
     }
     jobs, outputs = plan(texts, num_images, seed), Outputs(out_dir, settings)
-    survey = outputs.survey(jobs)
-    todo = sum(len(j) for j in survey.values())
-    click.echo(f"{len(jobs)} image(s): {len(jobs) - todo} already in {out_dir}, {todo} to make")
-    for reason, redo in survey.items():
-        if reason != "missing":
-            click.echo(f"  redoing {len(redo)} image(s) ({redo[0].name}.png ...): {reason}")
-    bar = tqdm(total=todo, unit="img", disable=not progress)
-    t0 = time.perf_counter()
-    run: dict = {}
-    gen_options = dict(method=spec.name, window=settings["window"], **settings["options"], **settings["sampling"])
-    if not todo:
-        pass
-    elif use_ray:
-        from .tools.distributed import run_ray
+    with FolderLock(outputs.folder):  # held until this run ends: a second run on the folder stops here
+        survey = outputs.survey(jobs)
+        todo = sum(len(j) for j in survey.values())
+        click.echo(f"{len(jobs)} image(s): {len(jobs) - todo} already in {out_dir}, {todo} to make")
+        for reason, redo in survey.items():
+            if reason != "missing":
+                click.echo(f"  redoing {len(redo)} image(s) ({redo[0].name}.png ...): {reason}")
+        bar = tqdm(total=todo, unit="img", disable=not progress)
+        t0 = time.perf_counter()
+        run: dict = {}
+        gen_options = dict(method=spec.name, window=settings["window"], **settings["options"], **settings["sampling"])
+        if not todo:
+            pass
+        elif use_ray:
+            from .tools.distributed import run_ray
 
-        run = run_ray(
-            model_spec,
-            jobs,
-            outputs,
-            workers=workers,
-            address=address,
-            device=device,
-            chunk=chunk,
-            batch_size=batch_size,
-            on_result=lambda job, rec: bar.update(1),
-            trust_checkpoint=trust_checkpoint,
-            **gen_options,
+            run = run_ray(
+                model_spec,
+                jobs,
+                outputs,
+                workers=workers,
+                address=address,
+                device=device,
+                chunk=chunk,
+                batch_size=batch_size,
+                on_result=lambda job, rec: bar.update(1),
+                trust_checkpoint=trust_checkpoint,
+                **gen_options,
+            )
+        else:
+            from .tools.jobs import run_local
+
+            pipe = _images_only(_load(model_spec, device, threads, trust_checkpoint))
+            run_local(pipe, jobs, outputs, batch_size, chunk, on_result=lambda job, rec: bar.update(1), **gen_options)
+        bar.close()
+        wall = time.perf_counter() - t0
+        summary = outputs.summarise(jobs, made=todo, wall_time=wall, **run)
+        click.echo(
+            f"{summary['images']} image(s) in {out_dir}; made {todo} in {wall:.1f} s "
+            f"({summary['images_per_second']:.2f} images/s, {summary['image_tokens_per_second']:.0f} "
+            f"image tokens/s); step compression {summary['step_compression']:.2f}x; "
+            f"wrote {out_dir / 'stats.json'}"
         )
-    else:
-        from .tools.jobs import run_local
-
-        pipe = _images_only(_load(model_spec, device, threads, trust_checkpoint))
-        run_local(pipe, jobs, outputs, batch_size, chunk, on_result=lambda job, rec: bar.update(1), **gen_options)
-    bar.close()
-    wall = time.perf_counter() - t0
-    summary = outputs.summarise(jobs, made=todo, wall_time=wall, **run)
-    click.echo(
-        f"{summary['images']} image(s) in {out_dir}; made {todo} in {wall:.1f} s "
-        f"({summary['images_per_second']:.2f} images/s, {summary['image_tokens_per_second']:.0f} "
-        f"image tokens/s); step compression {summary['step_compression']:.2f}x; "
-        f"wrote {out_dir / 'stats.json'}"
-    )
 
 
 def _csv(kind):
@@ -674,9 +710,12 @@ def _csv(kind):
         if value is None:
             return None
         try:
-            return [v if v == "auto" else kind(v) for v in value.split(",") if v]
+            values = [v if v == "auto" else kind(v) for v in value.split(",") if v.strip()]
         except ValueError as e:
             raise click.BadParameter(str(e)) from e
+        if not values:
+            raise click.BadParameter(f"give at least one value, got {value!r}")
+        return values
 
     return parse
 
@@ -686,6 +725,8 @@ def _variants(ctx, param, value):
     from .tools.bench import PLAIN
 
     names = split_variants(value)
+    if not names:
+        raise click.BadParameter(f"give at least one method, got {value!r}")
     try:
         for name in names:
             if name != PLAIN:

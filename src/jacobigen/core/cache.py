@@ -89,4 +89,3 @@ class CacheRows(KVCache):
         self.capacity = cache.capacity
         self._index: torch.Tensor | None = None
         self._rows: torch.Tensor | None = None
-

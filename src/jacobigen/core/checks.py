@@ -12,6 +12,8 @@ from .errors import ConfigError
 
 
 def _range(lo, hi, lo_open: bool = False) -> str:
+    if lo is None and hi is None:
+        return ""
     if hi is None:
         return f"{'>' if lo_open else '>='} {lo}"
     if lo is None:
@@ -39,7 +41,8 @@ def number(name: str, value, lo: float | None = None, hi: float | None = None, l
             raise TypeError
         v = float(value)
     except (TypeError, ValueError):
-        raise ConfigError(f"{name} must be a finite number {_range(lo, hi, lo_open)}, got {value!r}") from None
+        bounds = f" {_range(lo, hi, lo_open)}" if lo is not None or hi is not None else ""
+        raise ConfigError(f"{name} must be a finite number{bounds}, got {value!r}") from None
     low = lo is not None and (v <= lo if lo_open else v < lo)
     if not math.isfinite(v) or low or (hi is not None and v > hi):
         what = f" {_range(lo, hi, lo_open)}" if lo is not None or hi is not None else ""
@@ -65,13 +68,16 @@ def image_seeds(seed, n: int, what: str = "image") -> list[int]:
 def parse_options(pairs) -> dict:
     """``key=value`` texts to options (``-`` in keys read as ``_``); values parsed as JSON where they
     parse (numbers, booleans), else kept as text. The part that owns an option checks its type."""
-    out = {}
+    out: dict[str, object] = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key.strip():
             raise ConfigError(f"expected key=value, got {pair!r}")
+        name = key.strip().replace("-", "_")
+        if name in out:
+            raise ConfigError(f"option {name} is given twice ({out[name]!r} and {value.strip()!r}): give it once")
         try:
-            out[key.strip().replace("-", "_")] = json.loads(value)
+            out[name] = json.loads(value)
         except json.JSONDecodeError:
-            out[key.strip().replace("-", "_")] = value.strip()
+            out[name] = value.strip()
     return out

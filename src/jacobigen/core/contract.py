@@ -119,6 +119,36 @@ def check_model(model: ImageModel) -> torch.device:
     return device
 
 
+def check_layout_type(layout) -> None:
+    from .layout import ImageLayout
+
+    if not isinstance(layout, ImageLayout):
+        raise ConfigError(
+            f"layout must be a jacobigen ImageLayout or VideoLayout, got {type(layout).__name__} "
+            "(a pipeline carries its own: bundle.layout)"
+        )
+
+
+def check_layout(model: ImageModel, layout) -> None:
+    """The layout against the model, before anything is sized by it: every id it places lies in the
+    vocabulary, and the image fits the context."""
+    check_layout_type(layout)
+    lo, hi = layout.image_ids
+    vocab = model.vocab_size
+    if hi > vocab:
+        raise ConfigError(f"layout image ids [{lo}, {hi}) exceed the model vocabulary ({vocab})")
+    named = {"eol_id": layout.eol_id, "end_id": layout.end_id, "eof_id": layout.eof_id}
+    named |= {f"header[{i}]": t for i, t in enumerate(layout.header)}
+    for name, tok in named.items():
+        if tok is not None and not 0 <= tok < vocab:
+            raise ConfigError(f"layout {name}={tok} lies outside the model vocabulary [0, {vocab})")
+    if len(layout.header) + layout.length + 1 > model.max_seq_len:
+        raise ConfigError(
+            f"the layout's {layout.length} tokens (header included: {len(layout.header)}) and a prompt do not fit "
+            f"the model's context of {model.max_seq_len}"
+        )
+
+
 # --- behaviour --------------------------------------------------------------------------------------
 
 SENTINEL = 1e4  # finite: a hidden slot gets weight exactly 0, and 0 * SENTINEL stays 0

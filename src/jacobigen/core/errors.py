@@ -17,5 +17,9 @@ class ClusterError(JacobigenError, ConnectionError):
     """A Ray cluster cannot be reached or joined."""
 
 
+class OutputError(JacobigenError, OSError):
+    """An output could not be written (a full disk, a lost mount) or its folder is in use."""
+
+
 class PromptWarning(UserWarning):
     """A prompt is longer than the model reads: it is cut."""

@@ -11,6 +11,10 @@ import torch
 from .errors import ConfigError
 
 
+def _is_int(x) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
 @dataclass(frozen=True)
 class ImageLayout:
     """A rows x cols grid in raster order, optionally with an end-of-line id after each row and an
@@ -26,7 +30,19 @@ class ImageLayout:
     header: tuple[int, ...] = ()
 
     def __post_init__(self):
-        lo, hi = self.image_ids
+        for name in ("rows", "cols"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ConfigError(f"layout {name} must be an int, got {value!r}")
+        ids = self.image_ids
+        if not (isinstance(ids, (tuple, list)) and len(ids) == 2 and all(_is_int(i) for i in ids)):
+            raise ConfigError(f"layout image_ids must be a (first, end) pair of ints, got {ids!r}")
+        for name in ("eol_id", "end_id"):
+            if getattr(self, name) is not None and not _is_int(getattr(self, name)):
+                raise ConfigError(f"layout {name} must be an int or None, got {getattr(self, name)!r}")
+        if not all(_is_int(t) and t >= 0 for t in self.header):
+            raise ConfigError(f"layout header must hold token ids (ints >= 0), got {self.header!r}")
+        lo, hi = ids
         if self.rows < 1 or self.cols < 1:
             raise ConfigError(f"layout needs at least one row and column, got {self.rows}x{self.cols}")
         if not 0 <= lo < hi:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import torch
 
 from ..core.checks import MAX_SEED, image_seeds, integer
-from ..core.contract import ImageModel
+from ..core.contract import ImageModel, check_layout_type
 from ..core.errors import ConfigError
 from ..core.layout import ImageLayout
 from ..core.sampling import SamplingConfig
@@ -62,6 +62,8 @@ def _as_batch(prompt, name: str = "prompt") -> list[list[int]]:
 def _seeds(seed, n: int) -> list[int]:
     """One seed per sequence, each a 32-bit key of the counter-based generator (no silent wrap)."""
     if isinstance(seed, (list, tuple)) or getattr(seed, "ndim", 0) > 0:
+        if not len(seed):
+            raise ConfigError("seed is an empty list: give one seed per sequence, or one int")
         return [integer("seed", s, 0, MAX_SEED) for s in list(seed)]
     return image_seeds(seed, n, "sequence")
 
@@ -129,6 +131,7 @@ def generate(
     the compilation. Extra keyword ``options`` go to the
     method's parts (see ``jacobigen methods``).
     """
+    check_layout_type(layout)
     spec = get_method(method)
     window = integer("window", window, 1)
     if window > layout.length + MAX_NODES:  # before a schedule sizes anything by it
@@ -143,8 +146,11 @@ def generate(
     sampling = SamplingConfig(temperature=temperature, top_k=top_k, top_p=top_p, cfg=cfg)
     rows, seeds = prompt_rows(prompt, seed, uncond, sampling.guided)
     parts = spec.build(window, **options)
-    if not isinstance(batch_invariant, bool):
-        raise ConfigError(f"batch_invariant must be True or False, got {batch_invariant!r}")
+    for name, flag in (("progress", progress), ("timing", timing), ("batch_invariant", batch_invariant)):
+        if not isinstance(flag, bool):
+            raise ConfigError(f"{name} must be True or False, got {flag!r}")
+    if latents is not None and not (isinstance(latents, torch.Tensor) and latents.ndim == 2):
+        raise ConfigError(f"latents must be a 2-D tensor [image ids, d] (a VQ codebook), got {type(latents).__name__}")
     decoder = make_decoder(model, layout, sampling, parts, timing, latents, compile, batch_invariant)
     tokens, stats = decoder.run(rows, seeds, progress, batch_size)
     stats.lossless = spec.lossless

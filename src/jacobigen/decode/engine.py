@@ -182,8 +182,8 @@ class Engine:
         base = torch.tensor([len(p) for p in prefixes], device=self.device)
         n = len(prefixes)
         step = self.group if self.invariant else n
-        chunks = [(cache if step == n else CacheRows(cache, r, r + step), slice(r, r + step)) for r in range(0, n, step)]
-        last = torch.cat([self._prefill(prefixes[rows], view, base[rows]) for view, rows in chunks])
+        views = [(cache if step == n else CacheRows(cache, r, r + step), slice(r, r + step)) for r in range(0, n, step)]
+        last = torch.cat([self._prefill(prefixes[rows], view, base[rows]) for view, rows in views])
         self.nfe += 1
         if bool((last.isnan() | last.isposinf()).any()):  # -inf is how adapters rule ids out; one read per admission
             raise WeightsError(

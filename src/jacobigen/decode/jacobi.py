@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from tqdm.auto import tqdm
 
-from ..core.contract import check_model
+from ..core.contract import check_layout, check_model
 from ..core.errors import ConfigError
 from ..core.layout import ImageLayout
 from ..core.sampling import SamplingConfig, TargetPipeline
@@ -52,6 +52,7 @@ class JacobiDecoder:
         if parts.window < 1:
             raise ConfigError(f"window must be >= 1, got {parts.window}")
         device = check_model(model)
+        check_layout(model, layout)
         targets = TargetPipeline(sampling, layout, model.vocab_size, device)
         if parts.layout2d is not None:
             schedule = parts.layout2d.schedule(layout, parts.window, parts.tree, targets, device)

@@ -76,6 +76,11 @@ class Method:
         own = {k: v for p in self.parts for k, v in p.options.items()}
         return own | {k: v for p in self.parts for k, v in p.defaults.items() if k in own}
 
+    @property
+    def parts_text(self) -> str:
+        """The method's one spelling (:func:`canonical`): what the stats line prints."""
+        return canonical(self.parts)
+
     def part(self, kind: str) -> Part | None:
         return next((p for p in self.parts if p.kind == kind), None)
 
@@ -96,6 +101,17 @@ class Method:
         if "tree" in made and "layout" not in made:
             made["tree"].carve(self.window or window)  # a tree that cannot fit the window fails here
         return Parts(made["drafter"], made["verifier"], self.window or window, made.get("tree"), made.get("layout"))
+
+
+SPELLING = ("layout", "drafter", "tree", "verifier", "wrapper")  # pjd+scd-mc+pac, lantern+vp
+
+
+def canonical(parts: tuple[Part, ...]) -> str:
+    """The one spelling of a set of parts, whatever order they were written in: layout, drafter
+    (always, so the stats say which ran), tree, verifier (unless the default mrs), then the
+    wrappers in the order written (each wraps the drafter so far)."""
+    names = [p.name for kind in SPELLING for p in parts if p.kind == kind and p.name != LEFT_OUT.get("verifier")]
+    return "+".join(names)
 
 
 def describe(parts: tuple[Part, ...]) -> str:
@@ -134,18 +150,20 @@ METHODS: dict[str, Method] = {
         preset("lantern+vp", "LANTERN acceptance with verification-prior drafting (lossy)"),
     ]
 }
-
-
-ALIASES = {"pac+vp": "scd-mc+pac+vp"}  # the same parts under the name SJD-PAC + SJD-VP would suggest
+# presets by spelling (the first of two with the same parts: sjd-pac, not scd-mc+pac); ar's window is its own
+_BY_PARTS = {m.parts_text: m for m in reversed(METHODS.values()) if m.window is None}
 
 
 def get_method(name: str) -> Method:
-    """A preset, or the method a string of parts names (described by its parts)."""
-    name = ALIASES.get(name, name)
+    """A preset, or the method a string of parts names, in any order: the preset with those parts
+    (``vp+pac+scd-mc`` is ``scd-mc+pac+vp``), else a method named by its one spelling."""
+    if not isinstance(name, str) or not name.strip():
+        raise ConfigError(f"method must be a preset or parts joined by +, got {name!r}; presets: {', '.join(METHODS)}")
     if name in METHODS:
         return METHODS[name]
     parts = parse(name)
-    return Method(name, describe(parts), parts)
+    spelling = canonical(parts)
+    return _BY_PARTS.get(spelling) or Method(spelling, describe(parts), parts)
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,8 @@ import json
 import re
 from pathlib import Path
 
+from ..core.errors import WeightsError
+
 CODEBOOK_SIZE = 1024  # image codes are ids [0, 1024)
 GRID = 16  # 16 x 16 codes per image
 EOL = 1024
@@ -56,7 +58,14 @@ class WordCaptions:
 
     @classmethod
     def load(cls, path: Path) -> WordCaptions:
-        return cls(json.loads(Path(path).read_text())["words"])
+        """A training export's words.json: ``{"words": [word, ...]}``; anything else is a WeightsError."""
+        try:
+            words = json.loads(Path(path).read_text(encoding="utf-8")).get("words")
+        except (OSError, ValueError, AttributeError) as e:
+            raise WeightsError(f"{path} is not a words.json of a training export ({e})") from None
+        if not isinstance(words, list) or not words or not all(isinstance(w, str) for w in words):
+            raise WeightsError(f'{path} must hold {{"words": [word, ...]}} (a non-empty list of strings)')
+        return cls(words)
 
     def tokens(self, text: str) -> list[int]:
         return [BOS, *(self.ids.get(w, UNK) for w in caption_words(text)[: self.max_tokens]), BOI]

@@ -225,6 +225,8 @@ def load_pipeline(spec: str = "default", device: str | None = None, trust_checkp
     ``device=None`` picks CUDA when available; an unavailable device is a :class:`ConfigError`.
     ``trust_checkpoint`` lets a family read pickled checkpoints that hold Python objects
     (unpickling them can run code)."""
+    if not isinstance(spec, str):
+        raise ConfigError(f"model must be a spec string such as 'default' or 'chameleon:DIR', got {spec!r}")
     device = resolve_device(device)
     if spec == "random":
         return random_pipeline(device=device)

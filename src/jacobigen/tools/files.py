@@ -6,12 +6,15 @@ a fraction of a second, before a model is loaded and long before an image exists
 
 from __future__ import annotations
 
+import fcntl
 import itertools
 import os
+import shutil
+import stat
 import tempfile
 from pathlib import Path
 
-from ..core.errors import ConfigError
+from ..core.errors import ConfigError, OutputError
 
 MAX_LINE_BYTES = 1 << 16  # one prompt line
 MAX_PROMPT_FILE = 64 << 20  # the whole prompt file (a path like /dev/zero never ends)
@@ -53,33 +56,140 @@ def _decode(raw: bytes, path: Path, number: int) -> str:
         ) from None
 
 
-def check_writable(path: str | Path, what: str, folder: bool = False) -> Path:
-    """Make sure ``path`` (a file, or a ``folder``) can be written, creating missing parent folders;
-    a probe file proves it (permission bits lie to root and on some file systems)."""
+NAME_MAX = 255  # bytes in one file name on common file systems (checked against the real one)
+MIN_FREE = 16 << 20  # free bytes an output folder must have before any work starts
+
+
+def output_path(path: str | Path, what: str) -> Path:
+    """Where ``what`` is written: ``path``, or the file a symlink there points to (followed, never
+    replaced). Anything but a regular file there (a folder, a device, a FIFO, a socket) is refused:
+    writing replaces what is at the path."""
     path = Path(path)
-    where = path if folder else path.parent
+    target = Path(os.path.realpath(path)) if path.is_symlink() else path
     try:
-        if not folder and path.is_dir():
-            raise ConfigError(f"{what} {path} is a folder, not a file")
+        mode = target.stat().st_mode
+    except FileNotFoundError:
+        return target
+    except OSError as e:
+        raise ConfigError(f"cannot write {what} {path}: {e.strerror or e}") from e
+    if not stat.S_ISREG(mode):
+        kind = _kinds.get(stat.S_IFMT(mode), "special file")
+        shown = path if target == path else f"{path} (-> {target})"
+        raise ConfigError(f"{what} {shown} is a {kind}, not a regular file: name a file to write")
+    return target
+
+
+_kinds = {
+    stat.S_IFDIR: "folder",
+    stat.S_IFCHR: "device",
+    stat.S_IFBLK: "device",
+    stat.S_IFIFO: "FIFO",
+    stat.S_IFSOCK: "socket",
+}
+
+
+def _temporary(path: Path) -> Path:
+    return path.with_name(f".{path.name}.{os.getpid()}.tmp")
+
+
+def check_writable(path: str | Path, what: str, folder: bool = False) -> Path:
+    """Make sure ``path`` (a file, or a ``folder``) can be written, creating missing parent folders:
+    a regular file (or a symlink to one) or nothing at the path, file and temporary names the file
+    system takes, free space, and a probe file that proves permission (permission bits lie to root
+    and on some file systems). Returns where the file will be written."""
+    path = Path(path)
+    target = path if folder else output_path(path, what)
+    where = target if folder else target.parent
+    try:
+        if folder and path.exists() and not path.is_dir():
+            raise ConfigError(f"{what} {path} exists and is not a folder")
         where.mkdir(parents=True, exist_ok=True)
+        if not folder:
+            limit = _name_max(where)
+            longest = max(len(target.name.encode()), len(_temporary(target).name.encode()))
+            if longest > limit:
+                raise ConfigError(
+                    f"{what} {path}: the file name is {len(target.name.encode())} bytes, and with the temporary "
+                    f"name written first it needs {longest}; this file system takes {limit}: shorten it"
+                )
         fd, probe = tempfile.mkstemp(dir=where, prefix=".jacobigen-probe-")
         os.close(fd)
         os.unlink(probe)
+        free = shutil.disk_usage(where).free
     except OSError as e:
         raise ConfigError(f"cannot write {what} {path}: {e.strerror or e}") from e
-    return path
+    if free < MIN_FREE:
+        raise OutputError(
+            f"cannot write {what} {path}: {free >> 20} MiB free in {where}, at least {MIN_FREE >> 20} MiB needed"
+        )
+    return target
 
 
-def atomic_write(path: str | Path, data: bytes) -> None:
-    """Write to a temporary name beside ``path``, then rename: a killed job leaves the old file
-    or the new one, never a truncated one."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+def _name_max(folder: Path) -> int:
     try:
-        tmp.write_bytes(data)
+        return os.pathconf(folder, "PC_NAME_MAX")
+    except (OSError, ValueError, AttributeError):
+        return NAME_MAX
+
+
+def distinct(outputs: dict[str, str | Path | None]) -> None:
+    """Refuse two outputs of one run that land in the same file (``--out x.png --stats x.png``)."""
+    seen: dict[str, str] = {}
+    for what, path in outputs.items():
+        if path is None:
+            continue
+        key = os.path.realpath(path)
+        if key in seen:
+            raise ConfigError(f"{seen[key]} and {what} both write {path}: give each its own file")
+        seen[key] = what
+
+
+def atomic_write(path: str | Path, data: bytes, what: str = "output") -> None:
+    """Write to a temporary name beside the file (a symlink's target), then rename: a killed job
+    leaves the old file or the new one, never a truncated one. A write that fails (a full disk)
+    leaves nothing and says so."""
+    path = output_path(path, what)
+    tmp = _temporary(path)
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
         os.replace(tmp, path)
+    except OSError as e:
+        raise OutputError(f"cannot write {what} {path}: {e.strerror or e}") from e
     finally:
         tmp.unlink(missing_ok=True)
+
+
+class FolderLock:
+    """One job run per output folder: a second run on the same folder exits at once with a clear
+    message instead of making every image twice. An advisory lock on ``.jacobigen.lock``, released
+    when the run ends (or dies)."""
+
+    def __init__(self, folder: Path):
+        self.path = folder / ".jacobigen.lock"
+        self.file = open(self.path, "a+")  # noqa: SIM115 - held for the run
+        try:
+            fcntl.flock(self.file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self.file.seek(0)
+            owner = self.file.read().strip() or "another process"
+            self.file.close()
+            raise OutputError(
+                f"another jacobigen run ({owner}) is writing to {folder}: wait for it, or use another --out-dir"
+            ) from None
+        self.file.seek(0)
+        self.file.truncate()
+        self.file.write(f"pid {os.getpid()}")
+        self.file.flush()
+
+    def __enter__(self) -> FolderLock:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        fcntl.flock(self.file.fileno(), fcntl.LOCK_UN)
+        self.file.close()
 
 
 def sweep_temporaries(folder: Path) -> None:

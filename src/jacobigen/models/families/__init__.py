@@ -10,6 +10,7 @@ when a family is loaded.
 from __future__ import annotations
 
 import inspect
+import re
 from importlib import import_module
 
 from ...core.errors import ConfigError
@@ -52,14 +53,26 @@ def load_family(family: str, path: str, device: str | None = None, trust_checkpo
     return load(path, device or default_device(), **options)
 
 
+SIZE_STEP = {"chameleon": 32, "lumina": 32, "lumina-mgpt": 32, "emu3": 8, "llamagen": 16}  # pixels per token grid
+MAX_SIDE = 8192  # pixels: far past any family's trained size, below sizes whose layouts overflow
+
+
 def model_options(family: str, query: str, accepted) -> dict:
-    """``size=768&...`` -> keyword options, each one the family's ``load`` takes."""
+    """``size=768&...`` -> keyword options, each one the family's ``load`` takes, each given once,
+    each a size the family can make (never rounded or clamped in silence)."""
     options = {}
     for pair in filter(None, query.split("&")):
         key, _, value = pair.partition("=")
-        if key not in OPTIONS or not value.isdigit():
+        if key not in OPTIONS:
             raise ConfigError(f"unknown model option {pair!r} (supported: size=PIXELS)")
         if key not in accepted:
             raise ConfigError(f"{family} takes no {key} option: its checkpoint fixes the {OPTIONS[key]}")
+        if key in options:
+            raise ConfigError(f"model option {key} is given twice ({options[key]} and {value!r}): give it once")
+        if not re.fullmatch(r"[0-9]{1,6}", value) or not 16 <= int(value) <= MAX_SIDE:
+            raise ConfigError(f"model option {key}={value!r}: give a whole number of pixels in [16, {MAX_SIDE}]")
+        step = SIZE_STEP.get(family.lower(), 1)
+        if int(value) % step:
+            raise ConfigError(f"{family} image sizes are multiples of {step} pixels, got {key}={value}")
         options[key] = int(value)
     return options
