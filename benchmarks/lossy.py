@@ -18,8 +18,9 @@ import torch
 
 from jacobigen import METHODS
 from jacobigen.core.sampling import SamplingConfig
-from jacobigen.models import load_pipeline
-from jacobigen.tools.bench import FidReference, fid_cell, fid_note, md_table
+from jacobigen.models import load_bundle
+from jacobigen.tools.bench_fid import FidReference
+from jacobigen.tools.bench_report import fid_cell, fid_note, md_table
 from jacobigen.tools.exactness import exact_distribution, layout, sample, tiny_model, tv_distance
 from jacobigen.tools.plots import plot_fid_vs_speed
 
@@ -45,7 +46,7 @@ def main():
     ap.add_argument("--out", type=Path, default=Path("benchmarks/lossy"))
     args = ap.parse_args()
 
-    pipe = load_pipeline(args.model)
+    pipe = load_bundle(args.model)
     prompts = (pipe.example_prompts * args.prompts)[: args.prompts]
     ar = sum(pipe.generate(p, method="ar", seed=i)[0].stats.nfe for i, p in enumerate(prompts))
 

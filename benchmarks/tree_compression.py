@@ -19,7 +19,7 @@ from tqdm.auto import tqdm
 
 from jacobigen.decode.api import generate
 from jacobigen.decode.methods import parse_variant, split_variants
-from jacobigen.models import load_pipeline
+from jacobigen.models import load_bundle
 from jacobigen.models.bundle import encode_one
 from jacobigen.tools.bench import unbuildable
 from jacobigen.tools.threads import choose_threads
@@ -40,7 +40,7 @@ def main(argv=None) -> str:
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args(argv)
-    pipe = load_pipeline(args.model)
+    pipe = load_bundle(args.model)
     choose_threads(pipe.model, None)
     prompts = (pipe.example_prompts * args.prompts)[: args.prompts]
     windows = [int(w) for w in args.windows.split(",")]

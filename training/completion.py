@@ -27,7 +27,7 @@ from PIL import Image
 from jacobigen import generate
 from jacobigen.models import embedded as E
 from jacobigen.models.bundle import encode_one
-from jacobigen.models.load import embedded_pipeline
+from jacobigen.models.load import embedded_bundle
 
 
 def complete(pipe, caption: str, grid: np.ndarray, rows: int, seed: int, **sampling) -> torch.Tensor:
@@ -61,7 +61,7 @@ def main() -> None:
     ap.set_defaults(sources=["noto", "twemoji", "openmoji", "fluent"])
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    pipe = embedded_pipeline(args.weights)
+    pipe = embedded_bundle(args.weights)
     captions = json.loads((DATA / "captions.json").read_text())
     tokens = np.load(DATA / "tokens.npy")
     split = load_split(args.sources)

@@ -16,7 +16,7 @@ import argparse
 import torch
 
 from jacobigen.core.sampling import SamplingConfig, target_probs
-from jacobigen.models import EMBEDDED_PROMPTS, load_pipeline
+from jacobigen.models import EMBEDDED_PROMPTS, load_bundle
 from jacobigen.models import embedded as E
 from jacobigen.models.bundle import encode_one
 
@@ -29,7 +29,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--images", type=int, default=16)
     args = ap.parse_args()
-    pipe = load_pipeline("default", "cpu")
+    pipe = load_bundle("default", "cpu")
     prompts = (EMBEDDED_PROMPTS * args.images)[: args.images]
     gen, _ = pipe.generate(prompts, method="sjd", window=16, seed=list(range(args.images)), batch_size=16)
     layout, model = pipe.layout, pipe.model

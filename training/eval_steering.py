@@ -27,7 +27,7 @@ from fetch_data import split_group
 from PIL import Image
 
 from jacobigen.core.errors import PromptWarning
-from jacobigen.models import load_pipeline
+from jacobigen.models import load_bundle
 from jacobigen.tools import fid
 
 KS = (1, 10)
@@ -102,7 +102,7 @@ def main() -> None:
     subgroup_of = {split_group(c): kw["subgroup"] or split_group(c) for c, kw in zip(captions, keywords, strict=True)}
     subgroups = np.array([subgroup_of[n] for n in names])
 
-    pipe = load_pipeline(args.model, device="cpu")
+    pipe = load_bundle(args.model, device="cpu")
     sampling = {k: getattr(args, k) for k in ("cfg", "temperature", "top_k", "top_p") if getattr(args, k) is not None}
     report = {
         "model": args.model,

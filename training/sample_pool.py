@@ -23,7 +23,7 @@ from common import DATA, add_sources_arg, load_split
 from fetch_data import split_group
 
 from jacobigen.models import embedded as E
-from jacobigen.models.load import embedded_pipeline
+from jacobigen.models.load import embedded_bundle
 
 
 def pool_names(captions: list[str], train: list[int], n: int, seed: int) -> list[str]:
@@ -55,7 +55,7 @@ def main() -> None:
         grids = done["grids"]
         if list(done["names"]) != names[: len(grids)]:
             raise SystemExit(f"{args.out} holds another pool (other names or seed): remove it or pick another --out")
-    pipe = embedded_pipeline(args.model)
+    pipe = embedded_bundle(args.model)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     while len(grids) < len(names):
         t0 = time.time()

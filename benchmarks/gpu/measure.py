@@ -22,7 +22,7 @@ g. ``table``: Lumina-mGPT-7B at 768 px (2,357 tokens): seconds per image from th
 
 Each part runs under try/except; ``measure.json`` and ``measure.md`` are rewritten after every part,
 so a failure or a kill keeps the figures already taken. ``--tiny`` runs the same code on a 2-layer
-model on the CPU in seconds (tests/test_gpu_script.py). The command to run on a lent GPU is in
+model on the CPU in seconds (tests/tools/test_gpu_script.py). The command to run on a lent GPU is in
 benchmarks/gpu/README.md; it needs no package beyond torch (no transformers).
 """
 

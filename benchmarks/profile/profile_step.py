@@ -18,7 +18,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from jacobigen.decode.api import generate
-from jacobigen.models import load_pipeline
+from jacobigen.models import load_bundle
 from jacobigen.models.bundle import encode_one
 
 MODEL_FILES = ("models/transformer.py", "core/cache.py", "torch/nn/")
@@ -58,7 +58,7 @@ def main() -> None:
     ap.add_argument("--top", type=int, default=8)
     args = ap.parse_args()
     torch.set_num_threads(1)
-    pipe = load_pipeline("default", device="cpu")
+    pipe = load_bundle("default", device="cpu")
     _, enc, uncond = encode_one(pipe, args.prompt)
     for spec in args.runs.split(","):
         method, window = spec.split(":")

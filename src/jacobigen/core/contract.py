@@ -3,7 +3,7 @@
 The decoders (and every family adapter) rely on one small interface (docs/DESIGN.md §5.1). It is
 stated here as a typed :class:`ImageModel` Protocol; :func:`check_model` turns the cheap parts of it
 into ConfigErrors at decoder construction, and :func:`conformance` checks the behavioural parts (the
-cache rule) on a real forward, for the shared test every family runs (``tests/test_contract.py``).
+cache rule) on a real forward, for the shared test every family runs (``tests/core/test_contract.py``).
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ from .errors import ConfigError
 
 # In build order: a wrapper wraps the drafter built before it; a method has at most one part of
 # every other kind.
-KINDS = ("drafter", "wrapper", "tree", "verifier", "layout")
+KINDS = ("drafter", "wrapper", "tree", "verifier", "schedule")
 RESERVED = {"window"}  # pinned per entry by ``name[window=N]``, never a part's option
 
 

@@ -46,7 +46,7 @@ def _ids(row, name: str) -> list:
         raise ConfigError(
             f"{name} must be a non-empty list of token ids (or a list of such lists), got "
             f"{row!r:.60}; text prompts go through a pipeline: "
-            f"jacobigen.models.load_pipeline(...).generate(texts)"
+            f"jacobigen.models.load_bundle(...).generate(texts)"
         )
     return list(row)
 

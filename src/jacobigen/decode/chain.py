@@ -19,7 +19,7 @@ from ..core.recording import recording
 from ..parts.drafters import Slots
 from ..parts.tree import AutoBudget, arrange, rank_candidates, select, universe
 from ..parts.verifiers import Window
-from .engine import Block, Flight, Segments, per_model_row
+from .engine import Flight, ForwardBlock, Segments, per_model_row
 
 
 class Chain:
@@ -27,6 +27,8 @@ class Chain:
         w = self.drafts = window - 1
         self.size, self.length, self.targets, self.device = window, layout.length, targets, device
         self.tree = tree
+        self.levels: int
+        self.cap: int
         self.levels, self.cap = tree.carve(window) if tree else (0, 0)  # (0, 0): a plain chain
         self.universe = universe(self.levels, tree.width, torch.device(device)) if self.levels else None
         self.auto = AutoBudget(tree.gain_bar(window)) if self.levels and tree.budget == "auto" else None
@@ -111,23 +113,23 @@ class Chain:
         self.tokens, self.q = tokens, q
         return Segments(Window(tokens, q, *self.no_tree), slots.positions, self.size)
 
-    def block(self, fl: Flight, seg: Segments, cache) -> Block:
+    def block(self, fl: Flight, seg: Segments, cache) -> ForwardBlock:
         n, w = fl.committed, self.drafts
         last = (n - 1).clamp(min=0)[:, None]
         root = fl.board.gather(1, last)
         m = (self.length - 1 - n).clamp(0, w) if w else None  # no drafts: nothing to verify
-        self.tree_block = self._tree(seg, root[:, 0], m) if self.levels else None
-        if self.tree_block is None:  # a plain chain this iteration
-            return Block(
+        tb = self.tree_block = self._tree(seg, root[:, 0], m) if self.levels and m is not None else None
+        if tb is None or m is None:  # a plain chain this iteration
+            assert self.band is not None  # laid out by start()
+            return ForwardBlock(
                 torch.cat([root, seg.window.tokens], 1),
                 last + self.depths,
                 self.band(cache.lengths),
                 m,
                 n[:, None] + self.depths,
             )
-        tb = self.tree_block
         structure = per_model_row(tb.structure, cache.rows // n.shape[0])
-        return Block(
+        return ForwardBlock(
             tb.tokens,
             last + tb.depth,
             block_mask(cache.lengths, cache.capacity, structure),
@@ -140,6 +142,7 @@ class Chain:
         A recorded step never reads the device here: it always lays out the tree, whose budget may
         leave it without a sibling (then it verifies and commits exactly as the chain would)."""
         uni, win, w, d = self.universe, seg.window, self.drafts, self.levels
+        assert uni is not None and seg.drafting is not None  # a tree's universe; drafting set by the step
         static = recording()
         if self.auto:
             self.auto.prepare(m)
@@ -160,7 +163,7 @@ class Chain:
         self.tree_value = (ranking.values * ((nodes.index >= 0) & ~uni.spine)).sum(1)
         return arrange(nodes, root, win.tokens, win.cand, self.size)
 
-    def commit(self, fl: Flight, seg: Segments, block: Block, p, support, k, nxt, path, cache) -> torch.Tensor:
+    def commit(self, fl: Flight, seg: Segments, block: ForwardBlock, p, support, k, nxt, path, cache) -> torch.Tensor:
         n = fl.committed
         active = n < self.length
         k = torch.where(active, k, 0)
@@ -183,6 +186,9 @@ class Chain:
         if tree:
             off_spine = ((path[:, 1:] > self.spine[:, None]) & (self.arange_w < k[:, None])).sum(1)
         if self.auto:
-            self.auto.update(k - off_spine, off_spine, block.m, self.tree_value if tree else 0.0, active)
+            assert block.m is not None  # a tree has drafts
+            self.auto.update(
+                k - off_spine, off_spine, block.m, self.tree_value if tree else torch.zeros_like(k), active
+            )
         self.tally = (self.size * active, off_spine)
         return self.step

@@ -78,7 +78,7 @@ class Segments:
 
 
 @dataclass
-class Block:
+class ForwardBlock:
     """One forward: ``tokens``/``node_pos`` [B, N] (generated position of each node's token), the
     additive mask over the cache, and per chain the depths ``m`` that lie inside its row and the
     positions ``depth_pos`` of depths 1..W+1 [B * S, W + 1]."""
@@ -125,7 +125,7 @@ class Engine:
 
     # --- model access -----------------------------------------------------------------------
 
-    def forward(self, fl: Flight, block: Block, cache) -> torch.Tensor:
+    def forward(self, fl: Flight, block: ForwardBlock, cache) -> torch.Tensor:
         """One forward of the batch's block; a guided sequence runs as a (cond, uncond) row pair.
         Slots past the image end (slack whose outputs are discarded) get the last position the model
         takes instead of one beyond its context (the contract: jacobigen.core.contract.ImageModel)."""
@@ -147,25 +147,23 @@ class Engine:
         self.forward_time += time.perf_counter() - t0
         return logits
 
+    def _sequences(self, cache, rows: int) -> list[tuple]:
+        """(cache view, row slice) of each model call: with batch invariance one per sequence (its
+        model rows), so that a sequence's logits never depend on the batch (a matmul's rounding
+        depends on its row count: CPU and GPU kernels pick their blocking by shape, and everything
+        else is row by row); else the whole batch at once."""
+        g = self.group if self.invariant else rows
+        if rows <= g:
+            return [(cache, slice(0, rows))]
+        return [(CacheRows(cache, r, r + g), slice(r, r + g)) for r in range(0, rows, g)]
+
     def _call(self, tokens, positions, mask, cache, prompt_len: torch.Tensor) -> torch.Tensor:
-        """The model on these rows; with batch invariance once per sequence (its model rows), so that
-        a sequence's logits never depend on the batch: a matmul's rounding depends on its row count
-        (CPU and GPU kernels pick their blocking by shape), and everything else is row by row."""
-        g, total = self.group, tokens.shape[0]
-        if not self.invariant or total <= g:
-            return self.model(tokens, positions, mask, cache, **prompt_lengths(self.model, prompt_len))
-        return torch.cat(
-            [
-                self.model(
-                    tokens[r : r + g],
-                    positions[r : r + g],
-                    mask[r : r + g],
-                    CacheRows(cache, r, r + g),
-                    **prompt_lengths(self.model, prompt_len[r : r + g]),
-                )
-                for r in range(0, total, g)
-            ]
-        )
+        """The model on these rows, one call per :meth:`_sequences` piece."""
+        out = [
+            self.model(tokens[s], positions[s], mask[s], view, **prompt_lengths(self.model, prompt_len[s]))
+            for view, s in self._sequences(cache, tokens.shape[0])
+        ]
+        return out[0] if len(out) == 1 else torch.cat(out)
 
     @property
     def measured_forward_time(self) -> float | None:
@@ -180,10 +178,8 @@ class Engine:
         invariance one per sequence at its own width; returns the first generated token of each
         sequence, drawn as it would be alone."""
         base = torch.tensor([len(p) for p in prefixes], device=self.device)
-        n = len(prefixes)
-        step = self.group if self.invariant else n
-        views = [(cache if step == n else CacheRows(cache, r, r + step), slice(r, r + step)) for r in range(0, n, step)]
-        last = torch.cat([self._prefill(prefixes[rows], view, base[rows]) for view, rows in views])
+        pieces = self._sequences(cache, len(prefixes))
+        last = torch.cat([self._prefill(prefixes[rows], view, base[rows]) for view, rows in pieces])
         self.nfe += 1
         if bool((last.isnan() | last.isposinf()).any()):  # -inf is how adapters rule ids out; one read per admission
             raise WeightsError(
@@ -210,7 +206,7 @@ class Engine:
     @property
     def capture_time(self) -> float:
         """Seconds this engine spent on warm steps and graph recordings (0 unless its step is replayed)."""
-        return getattr(self._advance, "setup_time", 0.0)
+        return getattr(self._advance, "capture_time", 0.0)
 
     # --- the step ---------------------------------------------------------------------------
 

@@ -20,7 +20,7 @@ from ..parts.verifiers import Verifier
 from .batching import decode
 from .chain import Chain
 from .engine import Engine
-from .pjd import RowParallel
+from .pjd import RowParallel, Rows
 
 
 @dataclass(frozen=True)
@@ -29,7 +29,7 @@ class Parts:
     verifier: Verifier
     window: int
     tree: ProactiveTree | None = None
-    layout2d: RowParallel | None = None  # a layout part that brings its schedule (PJD's rows), None: the 1-D chain
+    schedule: RowParallel | None = None  # a part that brings its own schedule (PJD's rows), None: the 1-D chain
 
 
 class JacobiDecoder:
@@ -54,8 +54,9 @@ class JacobiDecoder:
         device = check_model(model)
         check_layout(model, layout)
         targets = TargetPipeline(sampling, layout, model.vocab_size, device)
-        if parts.layout2d is not None:
-            schedule = parts.layout2d.schedule(layout, parts.window, parts.tree, targets, device)
+        schedule: Chain | Rows
+        if parts.schedule is not None:
+            schedule = parts.schedule.build(layout, parts.window, parts.tree, targets, device)
         else:
             schedule = Chain(layout, parts.window, parts.tree, targets, device)
         parts.verifier.bind(model, layout, latents)  # relaxed verifiers look up their neighbours once

@@ -20,7 +20,7 @@ from .. import parts as _parts
 from ..core.checks import parse_options
 from ..core.errors import ConfigError
 from ..core.registry import KINDS, PARTS, Part
-from . import pjd  # noqa: F401  (registers PJD's layout part)
+from . import pjd  # noqa: F401  (registers PJD's schedule part)
 from .jacobi import Parts
 
 # Parts register on import: every module of jacobigen.parts is imported, so a new part is one new
@@ -98,16 +98,16 @@ class Method:
                 made["drafter"] = p.make(o, made["drafter"])
             else:
                 made[p.kind] = p.make(o)
-        if "tree" in made and "layout" not in made:
+        if "tree" in made and "schedule" not in made:
             made["tree"].carve(self.window or window)  # a tree that cannot fit the window fails here
-        return Parts(made["drafter"], made["verifier"], self.window or window, made.get("tree"), made.get("layout"))
+        return Parts(made["drafter"], made["verifier"], self.window or window, made.get("tree"), made.get("schedule"))
 
 
-SPELLING = ("layout", "drafter", "tree", "verifier", "wrapper")  # pjd+scd-mc+pac, lantern+vp
+SPELLING = ("schedule", "drafter", "tree", "verifier", "wrapper")  # pjd+scd-mc+pac, lantern+vp
 
 
 def canonical(parts: tuple[Part, ...]) -> str:
-    """The one spelling of a set of parts, whatever order they were written in: layout, drafter
+    """The one spelling of a set of parts, whatever order they were written in: schedule, drafter
     (always, so the stats say which ran), tree, verifier (unless the default mrs), then the
     wrappers in the order written (each wraps the drafter so far)."""
     names = [p.name for kind in SPELLING for p in parts if p.kind == kind and p.name != LEFT_OUT.get("verifier")]

@@ -1,4 +1,4 @@
-"""PJD: row-parallel 2-D Jacobi decoding, a layout part (docs/DESIGN.md §4.4).
+"""PJD: row-parallel 2-D Jacobi decoding, a schedule part (docs/DESIGN.md §4.4).
 
 The image is R rows of ``RL`` tokens (C cells, plus the forced end-of-line token when the layout has
 one; the end-of-image token is the tail of the last row). A video is its frames' rows one after the
@@ -46,14 +46,14 @@ from ..core.rng import Stream
 from ..parts.drafters import Slots
 from ..parts.tree import arrange, rank_candidates, select, universe
 from ..parts.verifiers import Window
-from .engine import Block, Flight, Segments, model_rows, per_model_row
+from .engine import Flight, ForwardBlock, Segments, model_rows, per_model_row
 
 TREE_BUDGET = 3  # rows have no window to carve a tree from: a few siblings, added to each row
 
 
 @register(
     "pjd",
-    "layout",
+    "schedule",
     "PJD's row-parallel layout: a row joins once the row above has c tokens",
     prefix="pjd_",
     defaults={"tree_budget": TREE_BUDGET},
@@ -86,8 +86,8 @@ class RowParallel:
         if self.rows is not None and (isinstance(self.rows, bool) or not isinstance(self.rows, int) or self.rows < 1):
             raise ConfigError(f"pjd_rows must be an integer >= 1, got {self.rows!r}")
 
-    def schedule(self, layout, window: int, tree, targets, device) -> Rows:
-        """The schedule this layout part runs (a layout part brings its own; without one, the chain)."""
+    def build(self, layout, window: int, tree, targets, device) -> Rows:
+        """The schedule this part brings (a method without a schedule part runs the chain)."""
         return Rows(layout, window, tree, self, targets, device)
 
     def context_for(self, cols: int) -> int:
@@ -344,7 +344,7 @@ class Rows:
         none = torch.zeros(b * a_t, 0, 1, dtype=torch.int64, device=self.device)
         return Segments(Window(d, qd, none, none.bool()), positions, self.size(w_t), per_row=a_t)
 
-    def block(self, fl: Flight, seg: Segments, cache) -> Block:
+    def block(self, fl: Flight, seg: Segments, cache) -> ForwardBlock:
         plan, a_t, w_t, size = self.now, self.a_t, self.w_t, seg.size
         b = plan.rows.shape[0]
         group = cache.rows // b
@@ -363,11 +363,15 @@ class Rows:
         node_pos = torch.where(node_ok, apos[..., None] + depth, 0)
 
         structure, visible = row_causal_mask(
-            *(per_model_row(x, group) for x in (apos, shared, node_ok)), self.slot_pos, within
+            per_model_row(apos, group),
+            per_model_row(shared, group),
+            per_model_row(node_ok, group),
+            self.slot_pos,
+            within,
         )
         self.node_ok = node_ok
         depth_pos = apos[..., None] + 1 + torch.arange(w_t + 1, device=self.device)
-        return Block(
+        return ForwardBlock(
             tokens,
             node_pos.flatten(1),
             block_mask(cache.lengths, cache.capacity, structure, visible),
@@ -380,11 +384,12 @@ class Rows:
         by value."""
         win = seg.window
         uni = self.universes[d]
+        assert seg.drafting is not None  # set by the step before the block
         ranking = rank_candidates(self.tree, uni, win, seg.positions, seg.drafting, w)
         win.tree = select(uni, ranking, ranking.available(self.tree.cap(d)), w)
         return arrange(win.tree, anchors, win.tokens, win.cand, seg.size)
 
-    def commit(self, fl: Flight, seg: Segments, block: Block, p, support, k, nxt, path, cache) -> torch.Tensor:
+    def commit(self, fl: Flight, seg: Segments, block: ForwardBlock, p, support, k, nxt, path, cache) -> torch.Tensor:
         plan, a_t, w_t, length = self.now, self.a_t, self.w_t, self.layout.length
         b, size = plan.rows.shape[0], seg.size
         group = cache.rows // b

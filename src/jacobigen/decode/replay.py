@@ -214,41 +214,45 @@ class Record:
         with recorded():
             self.result = recorder.record(closed)
 
-    def _close(self) -> None:
-        """Copy what the step replaced into what it replaced, and point the attributes back."""
+    def _changes(self) -> tuple[list, Slot | None]:
+        """The (recorded, current) tensor pairs that differ, and the first slot whose value no
+        longer has its recorded shape (None: every slot still fits its buffers)."""
         pairs = []
         for s in self.slots:
-            new = getattr(s.owner, s.name)
-            tensors, shape = flatten(new)
+            value = getattr(s.owner, s.name)
+            if value is s.value and not isinstance(value, (list, dict)):
+                continue  # the same tensor, tuple or object (an object's attributes are slots of their own)
+            tensors, shape = flatten(value)
             if shape != s.shape:
-                raise RuntimeError(f"the step changed {s!r} beyond its tensors' values; a graph replay cannot")
+                return [], s
             pairs += [(o, n) for o, n in zip(s.tensors, tensors, strict=True) if o is not n]
-            if new is not s.value:
-                setattr(s.owner, s.name, s.value)
+        return pairs, None
+
+    def _adopt(self, pairs: list) -> None:
+        """Copy each current tensor into its recorded buffer and point the attributes back. A current
+        tensor that lives in a state buffer (a swap, a view) is read before any buffer is written."""
         held = {o.untyped_storage().data_ptr() for s in self.slots for o in s.tensors}
-        # a new value that lives in a state buffer (a swap, a view) is read before any buffer is written
         pairs = [(o, n.clone() if n.untyped_storage().data_ptr() in held else n) for o, n in pairs]
         for o, n in pairs:
             o.copy_(n)
+        for s in self.slots:
+            if getattr(s.owner, s.name) is not s.value:
+                setattr(s.owner, s.name, s.value)
+
+    def _close(self) -> None:
+        """At the end of the recorded step: what the step replaced goes into what it replaced."""
+        pairs, misfit = self._changes()
+        if misfit is not None:
+            raise RuntimeError(f"the step changed {misfit!r} beyond its tensors' values; a graph replay cannot")
+        self._adopt(pairs)
 
     def bind(self, running: torch.Tensor) -> bool:
-        """Copy in the state the host replaced since the last step; False when it no longer fits
-        (another shape), in which case nothing was changed."""
-        changed = []
-        for s in self.slots:
-            value = getattr(s.owner, s.name)
-            if value is not s.value:
-                tensors, shape = flatten(value)
-                if shape != s.shape:
-                    return False
-                changed.append((s, tensors))
-        if running.shape != self.running.shape:
+        """Before a replay: copy in the state the host replaced since the last step; False when it no
+        longer fits (another shape), in which case nothing was changed."""
+        pairs, misfit = self._changes()
+        if misfit is not None or running.shape != self.running.shape:
             return False
-        for s, tensors in changed:
-            for o, n in zip(s.tensors, tensors, strict=True):
-                if o is not n:
-                    o.copy_(n)
-            setattr(s.owner, s.name, s.value)
+        self._adopt(pairs)
         self.running.copy_(running)
         return True
 
@@ -263,7 +267,7 @@ class Replayed:
         self.record: Record | None = None
         self.key: tuple | None = None
         self.warm = True  # the next step runs as it is
-        self.setup_time = 0.0  # seconds in warm steps and recordings (synced), for steady-state timings
+        self.capture_time = 0.0  # seconds in warm steps and recordings (synced), for steady-state timings
 
     def __call__(self, fl, cache, running: torch.Tensor) -> torch.Tensor:
         roots = self.roots(fl, cache)
@@ -283,5 +287,5 @@ class Replayed:
             self.record, self.key = Record(self.step, roots, fl, cache, running, self.recorder()), key
             out = self.record.result
         sync(running.device)
-        self.setup_time += time.perf_counter() - t0
+        self.capture_time += time.perf_counter() - t0
         return out

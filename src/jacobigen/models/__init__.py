@@ -2,9 +2,10 @@
 token format (:mod:`.embedded`) and VQ (:mod:`.vq`), the loaders (:mod:`.load`) and the real
 families (:mod:`.families`). See docs/DESIGN.md §1.
 
-The loaders' public names are re-exported here (``from jacobigen.models import load_pipeline``);
-they load on first use, so that importing a light module of this package (the CLI reads
-:mod:`.embedded`) does not import torch.
+The loaders' public names are re-exported here (``from jacobigen.models import load_bundle``;
+``load_pipeline`` and the other ``*_pipeline`` names are aliases of the ``*_bundle`` loaders, kept
+from before). They load on first use, so that importing a light module of this package (the CLI
+reads :mod:`.embedded`) does not import torch.
 """
 
 import importlib
@@ -14,14 +15,19 @@ __all__ = [
     "PROMPT_BYTES",
     "VIDEO_PROMPTS",
     "WEIGHTS",
+    "embedded_bundle",
     "embedded_pipeline",
     "emoji_export",
     "heldout_reference",
+    "load_bundle",
     "load_pipeline",
     "own_or_shipped",
+    "random_bundle",
     "random_pipeline",
+    "random_video_bundle",
     "random_video_pipeline",
     "resolve_device",
+    "video_bundle",
     "video_pipeline",
     "vq_pictures",
     "weights_id",

@@ -69,12 +69,15 @@ class ModelBundle:
     def encode(self, prompts) -> Prompts:
         """``prompts`` (one text or a list) checked and encoded, with the model they condition: a
         :class:`ConfigError` for anything but text, a :class:`PromptWarning` for each prompt the
-        model will not read in full."""
+        model will not read in full, and for an empty one."""
         prompts = [prompts] if isinstance(prompts, str) else prompts
         if not isinstance(prompts, (list, tuple)) or not prompts or not all(isinstance(p, str) for p in prompts):
             raise ConfigError(f"prompts must be a text or a non-empty list of texts, got {prompts!r:.60}")
         for p in dict.fromkeys(prompts):
-            note = self.prompt_note(p) if self.prompt_note else None
+            if not p.strip():
+                note = "conditions on no text for an empty prompt (its image is as good as unconditional)"
+            else:
+                note = self.prompt_note(p) if self.prompt_note else None
             if note:
                 warnings.warn(
                     f"prompt {p[:40]!r}{'...' if len(p) > 40 else ''}: the {self.name} model {note}",

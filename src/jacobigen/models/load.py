@@ -54,7 +54,7 @@ def vq_pictures(vq, grids: torch.Tensor) -> list[Image.Image]:
     return [Image.fromarray(p) for p in pixels]
 
 
-def embedded_pipeline(weights: Path = WEIGHTS, device: str = "cpu") -> ModelBundle:
+def embedded_bundle(weights: Path = WEIGHTS, device: str = "cpu") -> ModelBundle:
     """The emoji model that ships in the package: VQ tokenizer + text-conditioned AR transformer.
     ``weights`` is a folder with ``ar.safetensors`` (and ``words.json`` for word captions); the VQ
     and the held-out reference come from it when it has them, else from the package."""
@@ -74,7 +74,7 @@ def embedded_pipeline(weights: Path = WEIGHTS, device: str = "cpu") -> ModelBund
     )
 
 
-def video_pipeline(weights: Path = WEIGHTS / "video", device: str = "cpu") -> ModelBundle:
+def video_bundle(weights: Path = WEIGHTS / "video", device: str = "cpu") -> ModelBundle:
     """The animated-emoji model: the image model's VQ decodes each frame; its captions are read like
     the image model's; end-of-frame is the first id after the captions'. Clips hold up to as many
     frames as the model's positions were trained for."""
@@ -102,9 +102,7 @@ def video_pipeline(weights: Path = WEIGHTS / "video", device: str = "cpu") -> Mo
     )
 
 
-def random_pipeline(
-    seed: int = 0, rows: int = 16, cols: int = 16, codes: int = 1024, device: str = "cpu"
-) -> ModelBundle:
+def random_bundle(seed: int = 0, rows: int = 16, cols: int = 16, codes: int = 1024, device: str = "cpu") -> ModelBundle:
     """A random-weight model with a realistic layout: for trying the tools, not for pictures."""
     eol, boi, bos = codes, codes + 1, codes + 2
     layout = ImageLayout(rows, cols, (0, codes), eol_id=eol, header=(boi,))
@@ -120,7 +118,7 @@ def random_pipeline(
     )
 
 
-def random_video_pipeline(
+def random_video_bundle(
     seed: int = 0, frames: int = 4, side: int = 8, codes: int = 1024, max_frames: int = 8, device: str = "cpu"
 ) -> ModelBundle:
     """A random-weight clip model with every structural token (end of line, frame and clip): for
@@ -219,7 +217,7 @@ def weights_provenance(spec: str) -> dict[str, str] | str:
     return weights_id(spec)
 
 
-def load_pipeline(spec: str = "default", device: str | None = None, trust_checkpoint: bool = False) -> ModelBundle:
+def load_bundle(spec: str = "default", device: str | None = None, trust_checkpoint: bool = False) -> ModelBundle:
     """``default``/``emoji`` (shipped), ``emoji:DIR`` (an emoji model export: ar.safetensors and its
     words.json), ``random``, ``random-video`` (a clip model), or ``FAMILY:PATH`` for a real model family.
     ``device=None`` picks CUDA when available; an unavailable device is a :class:`ConfigError`.
@@ -229,18 +227,18 @@ def load_pipeline(spec: str = "default", device: str | None = None, trust_checkp
         raise ConfigError(f"model must be a spec string such as 'default' or 'chameleon:DIR', got {spec!r}")
     device = resolve_device(device)
     if spec == "random":
-        return random_pipeline(device=device)
+        return random_bundle(device=device)
     if spec == "random-video":
-        return random_video_pipeline(device=device)
+        return random_video_bundle(device=device)
     if spec == "emoji-video":
-        return video_pipeline(device=device)
+        return video_bundle(device=device)
     if spec in ("default", "emoji"):
-        return embedded_pipeline(device=device)
+        return embedded_bundle(device=device)
     family, _, path = spec.partition(":")
     if family == "emoji" and path:
-        return embedded_pipeline(Path(path), device=device)
+        return embedded_bundle(Path(path), device=device)
     if family == "emoji-video" and path:
-        return video_pipeline(Path(path), device=device)
+        return video_bundle(Path(path), device=device)
     from .families import FAMILIES, load_family
 
     if family.lower() in FAMILIES and path:
@@ -249,3 +247,12 @@ def load_pipeline(spec: str = "default", device: str | None = None, trust_checkp
         f"unknown model {spec!r}: use 'default', 'emoji:DIR', 'random', 'random-video' or "
         f"FAMILY:PATH with FAMILY one of {', '.join(sorted(FAMILIES))}"
     )
+
+
+# The names these loaders had before a bundle was called a bundle (a ``TargetPipeline`` is the
+# sampling pipeline of core.sampling): kept so that existing code runs unchanged.
+load_pipeline = load_bundle
+embedded_pipeline = embedded_bundle
+random_pipeline = random_bundle
+random_video_pipeline = random_video_bundle
+video_pipeline = video_bundle

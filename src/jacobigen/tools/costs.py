@@ -56,10 +56,10 @@ def block_size(parts, layout) -> int:
     """Tokens in one forward of a method's window: the window (a tree is carved out of it), and for
     PJD one segment per row in flight, each its window plus its tree's nodes (at most; rows near
     the end of the image draft less)."""
-    if parts.layout2d is None:
+    if parts.schedule is None:
         return parts.window
     extra = parts.tree.added(parts.window - 1)[1] if parts.tree else 0
-    return parts.layout2d.segments(layout.frames * layout.rows, layout.cols) * (parts.window + extra)
+    return parts.schedule.segments(layout.frames * layout.rows, layout.cols) * (parts.window + extra)
 
 
 def predicted_seconds_per_image(nfe: float, block: int, curve: dict[int, float]) -> float:

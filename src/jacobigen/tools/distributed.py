@@ -24,10 +24,10 @@ class JobWorker:
     def __init__(self, model_spec: str, device: str | None, threads: int, trust_checkpoint: bool = False):
         import torch
 
-        from ..models.load import load_pipeline
+        from ..models.load import load_bundle
 
         torch.set_num_threads(threads)
-        self.pipe = load_pipeline(model_spec, device, trust_checkpoint)
+        self.pipe = load_bundle(model_spec, device, trust_checkpoint)
 
     def pid(self) -> int:
         return os.getpid()

@@ -12,7 +12,7 @@ throughput`` times its batched form (every prompt's rows in one forward) at each
 
 Its tokens are not ours (it uses torch's generator, not our counter-based draws): it is a timing
 reference, and its distribution is the AR distribution by construction. With ``top_k=1`` there is
-nothing to draw, and its tokens equal ``ar``'s (tests/test_plain_ar.py).
+nothing to draw, and its tokens equal ``ar``'s (tests/tools/test_plain_ar.py).
 """
 
 from __future__ import annotations

@@ -19,7 +19,8 @@ from ..core.contract import model_device, sync
 from ..decode.methods import get_method
 from ..models.bundle import ModelBundle
 from . import extras
-from .bench import PLAIN, pct, plain_options
+from .bench import PLAIN, plain_options
+from .bench_report import pct
 from .plain_ar import plain_ar_batch
 from .threads import environment, environment_line, loadavg
 

@@ -41,7 +41,7 @@ from ..bundle import ModelBundle, rows_encoder
 from ..transformer import rotate
 from .base import default_dtype, read_checkpoint
 from .cosmos_tokenizer import JitDecoder, find_decoder, preview
-from .llamagen import RMSNorm
+from .llamagen_model import RMSNorm
 
 YARN_12B = dict(yarn=True, original_latent_shape=(3, 40, 64), yarn_beta_fast=4.0, yarn_beta_slow=1.0, yarn_scale=2.0)
 HEADS = 32  # both base models (4B: 32 x 128, 12B: 32 x 128)

@@ -1,0 +1,419 @@
+"""Write the results pages from the committed benchmark outputs, so that no figure is typed by hand.
+
+    python docs/gen_results.py          # rewrite docs/results.md and README.md's headline table
+    python docs/gen_results.py --check  # exit 1 if either is stale (tests/test_docs.py runs this)
+
+``docs/results.in.md`` holds the prose; each ``<!-- table: NAME -->`` line in it is replaced by the
+table ``TABLES[NAME]`` renders from the JSON (and the profile markdown) under ``benchmarks/``.
+README.md's table between ``<!-- headline:start -->`` and ``<!-- headline:end -->`` comes from
+:func:`headline`. It reads files and imports no torch: the bench's own table and formats come from
+:mod:`jacobigen.tools.bench_report`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+
+from jacobigen.tools.bench_report import md_table, pct, table  # torch-free: reads and formats
+from jacobigen.tools.bench_rows import Row
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCH = ROOT / "benchmarks"
+TEMPLATE = ROOT / "docs" / "results.in.md"
+RESULTS = ROOT / "docs" / "results.md"
+README = ROOT / "README.md"
+HEAD_START, HEAD_END = "<!-- headline:start -->", "<!-- headline:end -->"
+BASELINES = ("ar", "plain-ar")
+
+
+def load(rel: str) -> dict:
+    return json.loads((BENCH / rel).read_text())
+
+
+def x(value: float | None, digits: int = 2) -> str:
+    return "-" if value is None else f"{value:.{digits}f}x"
+
+
+def window(r: dict) -> str:
+    return f"{'auto: ' if r.get('auto') else ''}{r['window']}"
+
+
+def yes(flag: bool) -> str:
+    return "yes" if flag else "no"
+
+
+def rows_by_key(rel: str) -> dict[tuple[str, int], dict]:
+    return {(r["method"], r["window"]): r for r in load(rel)["rows"]}
+
+
+# --- the tables -------------------------------------------------------------------------------
+
+
+def every_method() -> str:
+    """`jacobigen bench` on the embedded model, one thread: the full table (as its bench.md)."""
+    return table([Row.from_dict(r) for r in load("embedded/threads-1/bench.json")["rows"]])
+
+
+TREE_LABELS = {
+    "sjd-pac": "`sjd-pac` (auto budget)",
+    "sjd-pac[tree_budget=full]": "`sjd-pac[tree_budget=full]` (reference, 21 nodes)",
+    "sjd-pac[tree_depth=4,tree_budget=full,window=113]": "84-node tree",
+}
+
+
+def compression_48() -> dict[tuple[str, int], str]:
+    """Step compression over 48 images per row, from benchmarks/tree/compression.md (its own script)."""
+    out = {}
+    for line in (BENCH / "tree" / "compression.md").read_text().splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 5 and cells[1].isdigit():
+            out[(cells[0], int(cells[1]))] = cells[3]
+    return out
+
+
+def tree() -> str:
+    one, two = rows_by_key("tree/threads-1/bench.json"), rows_by_key("tree/threads-2/bench.json")
+    many = compression_48()
+    cols = [
+        "method",
+        "window (block)",
+        "step compression, 6 images",
+        "step compression, 48 images",
+        "latency, 1 thread",
+        "latency, 2 threads",
+        "sibling tokens/image",
+    ]
+    order = ["scd-mc", "scd-gs", "sjd-pac", "sjd-pac[tree_min_gain=0]", "sjd-pac[tree_budget=full]"]
+    keys = sorted(
+        (k for k in one if k[0] not in BASELINES),
+        key=lambda k: (order.index(k[0]) if k[0] in order else len(order), k[0], k[1]),
+    )
+    cells = []
+    for key in keys:
+        r, r2 = one[key], two.get(key)
+        name, w = key
+        block = "32 (113)" if "window=113" in name else str(w)
+        cells.append(
+            [
+                TREE_LABELS.get(name, f"`{name}`"),
+                block,
+                x(r["step_compression"]),
+                many.get(key, "-"),
+                x(r["latency_speedup"]),
+                x(r2["latency_speedup"]) if r2 else "-",
+                f"{r['sibling_tokens']:.1f}",
+            ]
+        )
+    return md_table(cols, cells)
+
+
+def quality() -> str:
+    cols = [
+        "method",
+        "window",
+        "lossless",
+        "NFE/image",
+        "step compression",
+        "latency speedup",
+        "1-token iterations",
+        "overhead share",
+        "FID vs ar",
+        "FID vs data",
+    ]
+
+    def fid(v):
+        return "-" if v is None else f"{v:.1f}"
+
+    cells = [
+        [
+            r["method"],
+            window(r),
+            yes(r["lossless"]),
+            f"{r['nfe']:.1f}",
+            x(r["step_compression"]),
+            x(r["latency_speedup"]),
+            pct(r["single_token_share"]),
+            pct(r["overhead_share"]),
+            fid(r["fid_vs_ar"]),
+            fid(r["fid_vs_data"]),
+        ]
+        for r in load("quality/bench.json")["rows"]
+        if r["method"] != "plain-ar"
+    ]
+    return md_table(cols, cells)
+
+
+def lossy() -> str:
+    d = load("lossy/lossy.json")
+    cols = ["method", "options", "lossless", "step compression", "TV from exact", "FID vs ar", "FID vs data"]
+
+    def num(v, digits):
+        return "-" if v is None else f"{v:.{digits}f}"
+
+    cells = [
+        [
+            r["method"],
+            ", ".join(f"{k}={v}" for k, v in r["options"].items()) or "-",
+            yes(r["lossless"]),
+            x(r["step_compression"]),
+            num(r["tv_from_exact"], 3),
+            num(r.get("fid_vs_ar"), 1),
+            num(r.get("fid_vs_data"), 1),
+        ]
+        for r in d["rows"]
+    ]
+    return md_table(cols, cells) + f"\nTV noise floor (`sjd`, exact, same sample size): {d['tv_noise_floor']:.3f}.\n"
+
+
+def throughput() -> str:
+    rows = load("throughput/throughput.json")["rows"]
+    best = {}
+    for r in rows:
+        if r["method"] in BASELINES:
+            best[r["batch_size"]] = max(best.get(r["batch_size"], 0.0), r["images_per_second"])
+    cols = [
+        "method",
+        "batch",
+        "images/s",
+        "vs baseline",
+        "image tokens/s",
+        "forward passes",
+        "step compression",
+        "overhead",
+    ]
+    cells = [
+        [
+            r["method"],
+            str(r["batch_size"]),
+            f"{r['images_per_second']:.2f}",
+            x(r["images_per_second"] / best[r["batch_size"]]),
+            f"{r['tokens_per_second']:.0f}",
+            str(r["forward_passes"]),
+            x(r["step_compression"]),
+            pct(r.get("overhead_share")),
+        ]
+        for r in rows
+    ]
+    return md_table(cols, cells)
+
+
+def video() -> str:
+    runs = [("w16-32", "1"), ("w64-128", "1"), ("threads-2", "2")]
+    cols = ["method", "window", "threads", "forwards per clip", "step compression", "latency vs plain-AR loop"]
+    cells = []
+    for rel, threads in runs:
+        d = load(f"video-emoji/{rel}/bench.json")
+        for r in d["rows"]:
+            if r["method"] in BASELINES:
+                continue
+            cells.append(
+                [r["method"], window(r), threads, f"{r['nfe']:.1f}", x(r["step_compression"]), x(r["latency_speedup"])]
+            )
+    plain = [load(f"video-emoji/{rel}/bench.json")["baseline"]["wall_seconds"] for rel, _ in runs]
+    return (
+        md_table(cols, cells)
+        + f"\nThe plain loop took {plain[0]:.1f} s and {plain[1]:.1f} s per clip on one thread (the two runs), "
+        f"{plain[2]:.1f} s on two.\n"
+    )
+
+
+def h200_forward() -> str:
+    step = load("gpu/h200-step/measure.json")["forward"]
+    old = {p["block"]: p["median_s"] * 1000 for p in load("gpu/h200/measure.json")["cost_curve"]["points"]}
+    blocks = [1, 16, 32, 64]
+    names = {
+        "eager": "ours, eager",
+        "graphed": "ours, replayed as a CUDA graph (`Graphed`)",
+        "compiled+graphed": "ours, compiled (inductor) and replayed as a CUDA graph",
+    }
+    ms = {(p["variant"], p["block"]): p["median_ms"] for p in step["points"]}
+    cells = [["transformers eager (earlier run)"] + [f"{old[b]:.1f}" if b in old else "-" for b in blocks]]
+    for variant, label in names.items():
+        cells.append([label] + [f"{ms[(variant, b)]:.2f}" if (variant, b) in ms else "-" for b in blocks])
+    return md_table(["forward, ms"] + [f"block {b}" for b in blocks], cells) + (
+        f"\nWeights read at the datasheet's bandwidth: {step['weight_read_ms']:.2f} ms; weights and cache "
+        f"{step['read_ms']:.2f} ms.\n"
+    )
+
+
+def h200_lumina() -> str:
+    rows = load("gpu/h200-step/measure.json")["table"]["rows"]
+    cols = ["method", "step compression", "forwards", "s/image, eager bookkeeping", "s/image, forward only"]
+    cells = [
+        [
+            r["method"],
+            x(r["step_compression"], 1),
+            f"{r['forwards']:.0f}",
+            f"{r['seconds_eager_step']:.1f}",
+            f"{r['seconds_forward_only']:.1f}",
+        ]
+        for r in rows
+    ]
+    return md_table(cols, cells)
+
+
+def h200_embedded() -> str:
+    cols = ["method", "window", "step compression", "latency vs plain loop"]
+    cells = [
+        [r["method"], window(r), x(r["step_compression"]), x(r["latency_speedup"])]
+        for r in load("gpu/h200/embedded/bench.json")["rows"]
+    ]
+    return md_table(cols, cells)
+
+
+def compiled_cpu() -> str:
+    settings = load("compiled-cpu/bench.json")["settings"]
+    eager, comp = settings["threads-1"], settings["threads-1-compiled"]
+    c = {(r["method"], r["window"]): r for r in comp["rows"]}
+    cols = [
+        "method",
+        "window",
+        "s/image eager",
+        "s/image compiled",
+        "speedup eager",
+        "speedup compiled",
+        "tokens = eager",
+    ]
+    cells = []
+    for r in eager["rows"]:
+        k = c.get((r["method"], r["window"]))
+        cells.append(
+            [
+                r["method"],
+                window(r),
+                f"{r['wall']:.2f}",
+                f"{k['wall']:.2f}" if k else "-",
+                x(r["latency_speedup"]),
+                x(k["latency_speedup"]) if k else "-",
+                str(k.get("tokens_equal_eager")) if k else "-",
+            ]
+        )
+    return md_table(cols, cells)
+
+
+PROFILE_LINE = re.compile(
+    r"wall ([\d.]+) s, model forward [\d.]+ s, overhead share ([\d.]+)%, \d+ forwards, (\d+) torch ops"
+)
+
+
+def profile() -> str:
+    def read(name):
+        out, method = {}, None
+        for line in (BENCH / "profile" / name).read_text().splitlines():
+            if line.startswith("### "):
+                method = line[4:].strip()
+            elif m := PROFILE_LINE.match(line):
+                out[method] = m.groups()
+        return out
+
+    before, after = read("before.md"), read("after.md")
+    cols = [
+        "method, window",
+        "overhead share before -> after",
+        "torch ops per iteration outside the model",
+        "wall per image",
+    ]
+    cells = []
+    for method, (wall, share, ops) in after.items():
+        b = before.get(method)
+        if not b:
+            continue
+        cells.append(
+            [
+                method,
+                f"{b[1]}% -> {share}%",
+                f"{int(b[2]):,} -> {int(ops):,}",
+                f"{float(b[0]):.2f} s -> {float(wall):.2f} s",
+            ]
+        )
+    return md_table(cols, cells)
+
+
+TABLES = {
+    "every-method": every_method,
+    "tree": tree,
+    "quality": quality,
+    "lossy": lossy,
+    "throughput": throughput,
+    "video": video,
+    "h200-forward": h200_forward,
+    "h200-lumina": h200_lumina,
+    "h200-embedded": h200_embedded,
+    "compiled-cpu": compiled_cpu,
+    "profile": profile,
+}
+
+
+def headline() -> str:
+    """README's one table: the lossless presets on the embedded model (2-core CPU) and on an H200."""
+    cpu = rows_by_key("tree/threads-1/bench.json")
+    cpu2 = rows_by_key("tree/threads-2/bench.json")
+    gpu = rows_by_key("gpu/h200/embedded/bench.json")
+    cols = [
+        "method (lossless)",
+        "window",
+        "CPU: step compression",
+        "CPU: latency, 1 thread",
+        "CPU: latency, 2 threads",
+        "H200: step compression",
+        "H200: latency",
+    ]
+    cells = []
+    for method in ("scd-mc", "scd-gs", "sjd-pac"):
+        for w in (16, 32, 64):
+            r, g = cpu[(method, w)], gpu.get((method, w))
+            cells.append(
+                [
+                    f"`{method}`",
+                    str(w),
+                    x(r["step_compression"]),
+                    x(r["latency_speedup"]),
+                    x(cpu2[(method, w)]["latency_speedup"]),
+                    x(g["step_compression"]) if g else "-",
+                    x(g["latency_speedup"]) if g else "-",
+                ]
+            )
+    return md_table(cols, cells)
+
+
+# --- assembling -------------------------------------------------------------------------------
+
+PLACEHOLDER = re.compile(r"^<!-- table: ([\w-]+) -->$", re.M)
+GENERATED = (
+    "<!-- Generated by docs/gen_results.py from benchmarks/*/*.json: edit docs/results.in.md "
+    "and rerun it, never this file. -->\n"
+)
+
+
+def render_results() -> str:
+    template = TEMPLATE.read_text()
+    return GENERATED + PLACEHOLDER.sub(lambda m: TABLES[m.group(1)]().rstrip("\n"), template)
+
+
+def render_readme(text: str) -> str:
+    start, end = text.index(HEAD_START) + len(HEAD_START), text.index(HEAD_END)
+    return text[:start] + "\n" + headline() + text[end:]
+
+
+def main(argv: list[str]) -> int:
+    check = "--check" in argv
+    stale = []
+    for path, new in ((RESULTS, render_results()), (README, render_readme(README.read_text()))):
+        if path.exists() and path.read_text() == new:
+            continue
+        stale.append(path.relative_to(ROOT))
+        if not check:
+            path.write_text(new)
+    if check and stale:
+        print(f"stale: {', '.join(map(str, stale))}: run python docs/gen_results.py", file=sys.stderr)
+        return 1
+    for path in stale:
+        print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

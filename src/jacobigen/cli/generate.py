@@ -1,0 +1,234 @@
+"""``jacobigen generate``: one sheet of images, or one PNG + record per image in a folder (locally
+or on Ray, resumable)."""
+
+from __future__ import annotations
+
+import io
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import click
+from click.core import ParameterSource
+
+from ..tools.files import FolderLock, atomic_write, check_writable, read_prompts
+from .group import main
+from .options import Decoding, ModelChoice, decoding_options, model_options
+from .report import check_outputs, image_format, image_grid, images_only, report
+
+MAX_IMAGES = 1_000_000  # --num-images
+MAX_SHEET_IMAGES = 256  # images in one --out sheet (more: --prompts FILE --out-dir DIR)
+MAX_SIZE = 4096  # --size, pixels per image
+MAX_SHEET_PIXELS = 1 << 28  # the whole sheet (768 MiB as RGB)
+
+
+@dataclass(frozen=True)
+class Folder:
+    """Where a --prompts/--ray run writes, and how it splits the work."""
+
+    out_dir: Path
+    chunk: int
+    use_ray: bool
+    address: str | None
+    workers: int
+
+
+@main.command()
+@click.argument("prompts", nargs=-1)
+@model_options("default", "'default' (embedded emoji model), 'random' (random weights), or FAMILY:PATH.")
+@decoding_options()
+@click.option(
+    "--num-images", default=1, show_default=True, type=click.IntRange(1, MAX_IMAGES), help="Images per prompt."
+)
+@click.option(
+    "--out",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Image to write, a grid when several; its extension names the format.  [default: out.png]",
+)
+@click.option(
+    "--size",
+    default=256,
+    show_default=True,
+    type=click.IntRange(8, MAX_SIZE),
+    help="Width in pixels of each image in the PNG.",
+)
+@click.option(
+    "--prompts",
+    "prompts_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="File with one prompt per line: one PNG + JSON record per image in --out-dir; a rerun skips finished images.",
+)
+@click.option(
+    "--out-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("jacobigen-out"),
+    show_default=True,
+    help="Output folder for --prompts / --ray runs.",
+)
+@click.option(
+    "--chunk",
+    default=16,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Images per decode call in --prompts / --ray runs (outputs land per chunk).",
+)
+@click.option("--ray", "use_ray", is_flag=True, help="Fan the images out to Ray workers.")
+@click.option("--address", default=None, help="Ray cluster address (default: start a local instance).")
+@click.option("--workers", default=2, show_default=True, type=click.IntRange(1, 1024), help="Ray workers.")
+@click.option(
+    "--trace", is_flag=True, help="Also write OUT's stem + .trace.png: which iteration committed each token, per image."
+)
+@click.option(
+    "--compile",
+    "compile_step",
+    is_flag=True,
+    help="Run each decode step as one torch.compile graph: the same distribution; the first image of each block "
+    "shape pays the compilation (tens of seconds), later ones run faster.",
+)
+def generate(
+    prompts,
+    model: ModelChoice,
+    decoding: Decoding,
+    num_images,
+    out,
+    size,
+    prompts_file,
+    out_dir,
+    chunk,
+    use_ray,
+    address,
+    workers,
+    trace,
+    compile_step,
+):
+    """Generate images for PROMPTS and report how many forward passes it took."""
+    folder_run = prompts_file is not None or use_ray
+    if compile_step and folder_run:
+        raise click.UsageError("--compile applies to one sheet; --prompts/--ray runs decode eagerly")
+    _check_combination(prompts, prompts_file, use_ray, address, out, decoding, model, trace)
+    if folder_run:
+        if click.get_current_context().get_parameter_source("size") is not ParameterSource.DEFAULT:
+            raise click.UsageError("--size sets the tiles of one sheet; --prompts/--ray write each image as made")
+        texts = read_prompts(prompts_file) if prompts_file else list(prompts)
+        decoding.seeds(len(texts) * num_images)
+        check_writable(out_dir, "--out-dir", folder=True)
+        decoding.check_method()
+        return _generate_folder(texts, num_images, model, decoding, Folder(out_dir, chunk, use_ray, address, workers))
+    out = out or Path("out.png")
+    n = len(prompts) * num_images
+    if n > MAX_SHEET_IMAGES:
+        raise click.BadParameter(
+            f"{len(prompts)} prompt(s) x {num_images} make {n} images, more than one sheet "
+            f"holds ({MAX_SHEET_IMAGES}): use --prompts FILE --out-dir DIR for many images",
+            param_hint="--num-images",
+        )
+    if n * size * size > MAX_SHEET_PIXELS:
+        raise click.BadParameter(
+            f"{size} for {n} image(s) makes a sheet of about {n * size * size:,} pixels, more "
+            f"than {MAX_SHEET_PIXELS:,}: lower --size",
+            param_hint="--size",
+        )
+    seeds = decoding.seeds(n)
+    check_outputs(out, decoding.stats_path, trace)
+    fmt = image_format(out)
+    decoding.check_method()
+    bundle = images_only(model.load())
+    texts = [p for p in prompts for _ in range(num_images)]
+    gen, images = bundle.generate(texts, **decoding.generate_kwargs(seed=seeds, compile=compile_step))
+    buf = io.BytesIO()
+    image_grid(images, size).save(buf, format=fmt)
+    atomic_write(out, buf.getvalue(), "--out")
+    report(bundle, gen, texts, seeds, decoding, out, trace)
+
+
+def _check_combination(prompts, prompts_file, use_ray, address, out, decoding, model, trace) -> None:
+    """Flags that would be silently ignored together are refused instead."""
+    if prompts_file and prompts:
+        raise click.UsageError(
+            f"give PROMPTS or --prompts FILE, not both (got {len(prompts)} prompt(s) and --prompts {prompts_file})"
+        )
+    if not prompts_file and not prompts:
+        raise click.UsageError("give PROMPTS or --prompts FILE")
+    if prompts_file or use_ray:
+        flag = "--out" if out else "--stats" if decoding.stats_path else None
+        if flag:
+            raise click.UsageError(
+                f"{flag} writes one sheet; with --prompts/--ray every image goes to --out-dir "
+                f"(and its statistics to --out-dir/stats.json)"
+            )
+        if trace:
+            raise click.UsageError(
+                "--trace draws one sheet's acceptance maps; with --prompts/--ray use "
+                "`jacobigen bench` (acceptance.png) or the API's gen.stats.when"
+            )
+    if address and not use_ray:
+        raise click.UsageError("--address names a Ray cluster: add --ray")
+    if use_ray and model.threads is not None:
+        raise click.UsageError("--threads sets this process's threads; Ray workers take cpu_count / --workers each")
+
+
+def _generate_folder(texts, num_images, model: ModelChoice, decoding: Decoding, folder: Folder):
+    """One PNG and record per image in the folder, locally or on Ray; finished images are kept
+    when their record matches the settings (method, window, options, sampling) and the model
+    (spec, device, trust_checkpoint)."""
+    from tqdm.auto import tqdm
+
+    from ..decode.methods import get_method
+    from ..models.load import weights_id
+    from ..tools.jobs import Outputs, plan, run_local
+
+    spec = get_method(decoding.method)
+    window = spec.window or decoding.window
+    settings = {
+        "model": model.spec,
+        "weights": weights_id(model.spec),
+        "method": spec.name,
+        "window": window,
+        "options": decoding.options,
+        "sampling": decoding.sampling,
+    }
+    jobs, outputs = plan(texts, num_images, decoding.seed), Outputs(folder.out_dir, settings)
+    with FolderLock(outputs.folder):  # held until this run ends: a second run on the folder stops here
+        survey = outputs.survey(jobs)
+        todo = sum(len(j) for j in survey.values())
+        click.echo(f"{len(jobs)} image(s): {len(jobs) - todo} already in {folder.out_dir}, {todo} to make")
+        for reason, redo in survey.items():
+            if reason != "missing":
+                click.echo(f"  redoing {len(redo)} image(s) ({redo[0].name}.png ...): {reason}")
+        bar = tqdm(total=todo, unit="img", disable=not decoding.progress)
+        t0 = time.perf_counter()
+        run: dict = {}
+        gen_options = dict(method=spec.name, window=window, **decoding.options, **decoding.sampling)
+        if not todo:
+            pass
+        elif folder.use_ray:
+            from ..tools.distributed import run_ray
+
+            run = run_ray(
+                model.spec,
+                jobs,
+                outputs,
+                workers=folder.workers,
+                address=folder.address,
+                device=model.device,
+                chunk=folder.chunk,
+                batch_size=decoding.batch_size,
+                on_result=lambda job, rec: bar.update(1),
+                trust_checkpoint=model.trust_checkpoint,
+                **gen_options,
+            )
+        else:
+            bundle = images_only(model.load())
+            on_result = lambda job, rec: bar.update(1)  # noqa: E731
+            run_local(bundle, jobs, outputs, decoding.batch_size, folder.chunk, on_result=on_result, **gen_options)
+        bar.close()
+        wall = time.perf_counter() - t0
+        summary = outputs.summarise(jobs, made=todo, wall_time=wall, **run)
+        click.echo(
+            f"{summary['images']} image(s) in {folder.out_dir}; made {todo} in {wall:.1f} s "
+            f"({summary['images_per_second']:.2f} images/s, {summary['image_tokens_per_second']:.0f} "
+            f"image tokens/s); step compression {summary['step_compression']:.2f}x; "
+            f"wrote {folder.out_dir / 'stats.json'}"
+        )

@@ -1,0 +1,63 @@
+"""The ``jacobigen`` command group: every error becomes one line, unless ``--debug``.
+
+Arguments are checked before torch is imported and before a model loads, and output paths before
+any image exists: a bad input is one line naming it and its limit (exit 2); a failure while
+running is one line too (exit 1); ``jacobigen --debug ...`` shows the traceback instead.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import click
+
+from ..core.errors import ConfigError, JacobigenError, PromptWarning
+
+
+class BadInput(click.ClickException):
+    """A bad argument found after parsing (by the part that owns it): exit 2 like click's own."""
+
+    exit_code = 2
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None):
+    if issubclass(category, PromptWarning):
+        click.echo(f"warning: {message}", err=True)
+    else:
+        click.echo(f"warning: {category.__name__}: {message}", err=True)
+
+
+def _as_click(e: Exception) -> click.ClickException:
+    """One line for a failure: bad input (exit 2), a failure of ours or of the machine (exit 1)."""
+    if isinstance(e, ConfigError):
+        return BadInput(str(e))
+    if isinstance(e, JacobigenError):
+        return click.ClickException(str(e))
+    if isinstance(e, MemoryError):
+        return click.ClickException("out of memory: lower --batch-size, --window, --num-images or --size")
+    return click.ClickException(
+        f"unexpected {type(e).__name__}: {e} (rerun as `jacobigen --debug ...` for the traceback, and please report it)"
+    )
+
+
+class Main(click.Group):
+    """Turns every error into one line, unless ``--debug``."""
+
+    def invoke(self, ctx):
+        with warnings.catch_warnings():
+            warnings.showwarning = _show_warning
+            try:
+                return super().invoke(ctx)
+            except (click.ClickException, click.exceptions.Exit, click.Abort):
+                raise
+            except Exception as e:
+                if ctx.params.get("debug"):
+                    raise
+                raise _as_click(e) from None
+
+
+@click.group(cls=Main)
+@click.version_option(package_name="jacobigen")
+@click.option("--debug", is_flag=True, help="Show the Python traceback of an error.")
+def main(debug):
+    """Fast, exact Jacobi decoding for autoregressive image generators."""

@@ -1,0 +1,288 @@
+"""Options several commands share, each parsed into one frozen dataclass in one place.
+
+``model_options`` gives a command a :class:`ModelChoice` (``--model``, ``--device``,
+``--threads``, ``--trust-checkpoint``); ``decoding_options`` adds a :class:`Decoding` (method,
+window, seeds, sampling, ``-o`` options, ``--stats``, progress). Both are checked before torch is
+imported: a bad value is one line naming the option (exit 2).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import click
+from click.core import ParameterSource
+
+from ..core.checks import MAX_SEED, image_seeds, number, parse_options
+from ..core.errors import ConfigError
+from ..models import embedded as E
+
+RESERVED = {
+    "method",
+    "window",
+    "seed",
+    "batch_size",
+    "cfg",
+    "temperature",
+    "top_k",
+    "top_p",
+    "uncond",
+    "progress",
+    "timing",
+}  # generate() arguments that have their own flags, not -o options
+MAX_THREADS_PER_CORE = 4  # --threads above this many per core is refused
+DEFAULTS = ", ".join(f"{k.replace('_', '-')} {v}" for k, v in E.SAMPLING.items())
+
+
+class Finite(click.ParamType):
+    """A finite float (click's FLOAT takes nan and inf), optionally bounded."""
+
+    name = "number"
+
+    def __init__(self, lo: float | None = None, hi: float | None = None, lo_open: bool = False):
+        self.lo, self.hi, self.lo_open = lo, hi, lo_open
+
+    def convert(self, value, param, ctx):
+        try:
+            return number(
+                param.opts[0] if param else "value",
+                float(value) if isinstance(value, str) else value,
+                self.lo,
+                self.hi,
+                self.lo_open,
+            )
+        except ValueError as e:
+            self.fail(str(e) if isinstance(e, ConfigError) else f"{value!r} is not a number", param, ctx)
+
+
+@dataclass(frozen=True)
+class ModelChoice:
+    """Which model, where, on how many threads, and whether pickled checkpoints may load."""
+
+    spec: str
+    device: str | None = None
+    threads: int | None = None
+    trust_checkpoint: bool = False
+
+    def load(self):
+        """The model bundle, with torch's threads chosen for it (a note about the model printed)."""
+        from ..models.load import load_bundle
+        from ..tools.threads import choose_threads
+
+        bundle = load_bundle(self.spec, self.device, self.trust_checkpoint)
+        choose_threads(bundle.model, self.threads)
+        if bundle.note:
+            click.echo(f"model: {bundle.name} ({bundle.note})")
+        return bundle
+
+
+@dataclass(frozen=True)
+class Decoding:
+    """How to decode: the method and its options, the seeds, the sampling, what to report."""
+
+    method: str
+    window: int
+    seed: int = 0
+    batch_size: int | None = None
+    sampling: dict = field(default_factory=dict)  # only what the user set: the model's own otherwise
+    options: dict = field(default_factory=dict)  # -o key=value, for the method's parts
+    stats_path: Path | None = None
+    progress: bool = True
+    window_given: bool = False  # --window on the command line, not its default
+
+    def seeds(self, n: int) -> list[int]:
+        """The seeds of ``n`` images (image i gets seed + i), checked before any work."""
+        try:
+            return image_seeds(self.seed, n)
+        except ConfigError as e:
+            raise click.BadParameter(str(e), param_hint="--seed") from e
+
+    def check_method(self) -> None:
+        """The method and its options, built once before the model loads (their parts check them)."""
+        from ..decode.methods import get_method
+
+        spec = get_method(self.method)
+        if spec.window is not None and self.window_given and self.window != spec.window:
+            raise click.BadParameter(
+                f"{spec.name} always runs window {spec.window}: --window {self.window} would be ignored",
+                param_hint="--window",
+            )
+        spec.build(spec.window or self.window, **self.options)
+
+    def generate_kwargs(self, **more) -> dict:
+        """Keyword arguments of ``ModelBundle.generate`` for this decoding."""
+        return dict(
+            method=self.method,
+            window=self.window,
+            batch_size=self.batch_size,
+            progress=self.progress,
+            **self.options,
+            **self.sampling,
+            **more,
+        )
+
+
+def options_of(pairs: tuple[str, ...]) -> dict:
+    """``-o key=value`` pairs as method options; generate's own settings have their own flags."""
+    try:
+        options = parse_options(pairs)
+    except ConfigError as e:
+        raise click.BadParameter(str(e), param_hint="--option") from e
+    for key in options.keys() & RESERVED:
+        raise click.BadParameter(f"{key} is not a method option: use --{key.replace('_', '-')}", param_hint=f"-o {key}")
+    return options
+
+
+def _threads(ctx, param, value):
+    """More torch threads than cores only wait on each other: a warning above the cores, refused far
+    above them (--threads 1000 on 2 cores ran 25x slower)."""
+    if value is None:
+        return None
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    if value > MAX_THREADS_PER_CORE * cores:
+        raise click.BadParameter(
+            f"{value} threads on {cores} core(s): at most {MAX_THREADS_PER_CORE * cores}; threads beyond "
+            "the cores only wait on each other"
+        )
+    if value > cores:
+        click.echo(f"warning: --threads {value} is more than the {cores} core(s) here: expect it slower", err=True)
+    return value
+
+
+def _apply(options, build):
+    """Decorate ``f`` with click ``options`` and hand it one object built by ``build`` from their values."""
+
+    def decorate(f):
+        @functools.wraps(f)
+        def run(**kwargs):
+            return f(**build(kwargs), **kwargs)
+
+        for option in reversed(options):
+            run = option(run)
+        return run
+
+    return decorate
+
+
+def model_options(default: str = "default", model_help: str | None = None, threads: bool = True):
+    """``--model``, ``--device`` and ``--trust-checkpoint`` (and ``--threads`` unless the command
+    takes a list of them), handed to the command as ``model: ModelChoice``."""
+    options = [
+        click.option("--model", "model_spec", default=default, show_default=True, help=model_help),
+        click.option("--device", default=None, help="cpu, cuda, cuda:1 ... (default: cuda if available)."),
+        click.option(
+            "--trust-checkpoint",
+            is_flag=True,
+            help="Let pickled checkpoints that hold Python objects load (LlamaGen's training checkpoints store "
+            "their argparse.Namespace). Unpickling can run code: only for files you trust.",
+        ),
+    ]
+    if threads:
+        options.append(
+            click.option(
+                "--threads",
+                type=click.IntRange(min=1),
+                default=None,
+                callback=_threads,
+                help="Torch CPU threads (default: 1 for a model under 50M parameters on the CPU, where a second "
+                "OpenMP thread stalls whenever the other core is busy; else torch's default).",
+            )
+        )
+
+    def build(kw):
+        return {
+            "model": ModelChoice(
+                kw.pop("model_spec"), kw.pop("device"), kw.pop("threads", None), kw.pop("trust_checkpoint")
+            )
+        }
+
+    return _apply(options, build)
+
+
+def decoding_options():
+    """The options ``generate`` and ``generate-video`` share, handed over as ``decoding: Decoding``."""
+    options = [
+        click.option(
+            "--method",
+            default="sjd",
+            show_default=True,
+            help="A preset, or parts joined by + such as scd-gs+pac+vp (see `jacobigen methods`).",
+        ),
+        click.option(
+            "--window",
+            default=32,
+            show_default=True,
+            type=click.IntRange(min=1),
+            help="Tokens in flight per iteration (at most the image's tokens + 4096).",
+        ),
+        click.option(
+            "--seed",
+            default=0,
+            show_default=True,
+            type=click.IntRange(0, MAX_SEED),
+            help="Image (clip) i gets seed SEED + i.",
+        ),
+        click.option(
+            "--batch-size",
+            type=click.IntRange(min=1),
+            default=None,
+            help="Images decoded together (default: all that fit in half the free memory); finished "
+            "rows take the next prompt.",
+        ),
+        click.option(
+            "--cfg",
+            type=Finite(),
+            default=None,
+            help=f"Classifier-free guidance scale (1: none). Default: the model's own (the default model "
+            f"samples with {DEFAULTS}; random with cfg 1, temperature 1, all ids).",
+        ),
+        click.option(
+            "--temperature",
+            type=Finite(0, lo_open=True),
+            default=None,
+            help="Softmax temperature, > 0 (smaller: sharper). Default: the model's own (1 for the default model).",
+        ),
+        click.option(
+            "--top-k",
+            type=click.IntRange(min=1),
+            default=None,
+            help="Sample among the K most likely image ids. Default: the model's own (200 for the "
+            "default model; all for random).",
+        ),
+        click.option(
+            "--top-p",
+            type=Finite(0, 1, lo_open=True),
+            default=None,
+            help="Sample among the most likely ids holding this much probability, in (0, 1]. Default: 1.",
+        ),
+        click.option("--option", "-o", "options", multiple=True, help="Method hyper-parameter, KEY=VALUE."),
+        click.option(
+            "--stats",
+            "stats_path",
+            type=click.Path(path_type=Path),
+            default=None,
+            help="Also write the decoding statistics as JSON.",
+        ),
+        click.option("--progress/--no-progress", default=True, show_default=True),
+    ]
+
+    def build(kw):
+        sampling = {k: kw.pop(k) for k in ("cfg", "temperature", "top_k", "top_p")}
+        return {
+            "decoding": Decoding(
+                method=kw.pop("method"),
+                window=kw.pop("window"),
+                seed=kw.pop("seed"),
+                batch_size=kw.pop("batch_size"),
+                sampling={k: v for k, v in sampling.items() if v is not None},
+                options=options_of(kw.pop("options")),
+                stats_path=kw.pop("stats_path"),
+                progress=kw.pop("progress"),
+                window_given=click.get_current_context().get_parameter_source("window") is not ParameterSource.DEFAULT,
+            )
+        }
+
+    return _apply(options, build)

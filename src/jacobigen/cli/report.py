@@ -1,0 +1,103 @@
+"""What a generating command writes: the image sheet, the stats line, the statistics JSON and the
+acceptance maps, with every output path checked before any work."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import click
+
+from ..core.errors import ConfigError
+from ..tools import extras
+from ..tools.files import atomic_write, check_writable, distinct
+from .group import BadInput
+from .options import Decoding
+
+
+def image_grid(images, size: int):
+    """Images scaled to ``size`` pixels wide (nearest neighbour: tokens stay visible), tiled."""
+    from PIL import Image
+
+    images = [img.resize((size, round(size * img.height / img.width)), Image.NEAREST) for img in images]
+    cols = math.ceil(math.sqrt(len(images)))
+    rows = math.ceil(len(images) / cols)
+    w, h = images[0].size
+    sheet = Image.new("RGB", (cols * w, rows * h), "white")
+    for i, img in enumerate(images):
+        sheet.paste(img, ((i % cols) * w, (i // cols) * h))
+    return sheet
+
+
+def image_format(out: Path) -> str:
+    """The Pillow format ``out``'s extension names (checked before any work)."""
+    from PIL import Image
+
+    Image.init()
+    fmt = Image.registered_extensions().get(out.suffix.lower())
+    if fmt not in Image.SAVE:
+        raise BadInput(
+            f"--out {out}: the extension {out.suffix or '(none)'!r} names no image format Pillow can write; use .png"
+        )
+    return fmt
+
+
+def trace_path(out: Path) -> Path:
+    return out.with_name(out.stem + ".trace.png")
+
+
+def check_outputs(out: Path, stats_path: Path | None, trace: bool) -> None:
+    """--out, --stats and --trace's file, before any work: each a regular file (or a symlink to one,
+    followed) or nothing yet, writable, and no two of them the same file."""
+    named = {"--out": out, "--stats": stats_path, "--trace": trace_path(out) if trace else None}
+    distinct(named)
+    for what, path in named.items():
+        if path is not None:
+            check_writable(path, what)
+    if trace:
+        extras.plots()  # before any image is generated
+
+
+def images_only(bundle):
+    """``generate`` writes images: a clip model is pointed to ``generate-video``."""
+    from ..core.layout import VideoLayout
+
+    if isinstance(bundle.layout, VideoLayout):
+        raise ConfigError(f"the {bundle.name} model makes clips: use `jacobigen generate-video`")
+    return bundle
+
+
+def report(bundle, gen, texts, seeds, decoding: Decoding, out: Path, trace: bool) -> None:
+    """The stats line (NFE, step compression, wall time, tree), the statistics JSON and, with
+    ``trace``, the acceptance maps beside ``out`` (a clip's frames side by side)."""
+    from ..core.layout import VideoLayout
+
+    s = gen.stats
+    ar_nfe = bundle.layout.length  # AR: one forward per generated token, the first from the prefill
+    per_seq = sum(s.sequence_nfe) / len(s.sequence_nfe)
+    kind = "lossless" if gen.method.lossless else "lossy"
+    window = decoding.window if gen.method.window is None else gen.method.window
+    what = "clip(s)" if isinstance(bundle.layout, VideoLayout) else "image(s)"
+    spelled = "" if gen.method.name == gen.method.parts_text else f" = {gen.method.parts_text}"
+    click.echo(f"method: {gen.method.name}{spelled} ({kind}), window {window}")
+    click.echo(
+        f"NFE: {s.nfe} forward passes for {len(texts)} {what}; per {what[:-3]} {per_seq:.1f} vs "
+        f"{ar_nfe} for AR -> step compression {s.step_compression(ar_nfe):.2f}x"
+    )
+    split = "" if s.forward_time is None else f" (model forward {s.forward_time:.2f} s, other {s.overhead_time:.2f} s)"
+    click.echo(f"wall time: {s.wall_time:.2f} s{split}")
+    if gen.method.part("tree"):
+        click.echo(
+            f"tree: {s.nodes_per_iteration:.0f} nodes per forward, {sum(s.sibling_tokens)} token(s) from "
+            f"off-spine nodes, {s.tokens_per_node:.3f} tokens per node"
+        )
+    if decoding.stats_path:
+        record = {"method": gen.method.name, "parts": gen.method.parts_text, "ar_nfe": ar_nfe, **s.as_dict()}
+        atomic_write(decoding.stats_path, json.dumps(record, indent=2).encode(), "--stats")
+    click.echo(f"wrote {out}")
+    if trace:
+        traced = trace_path(out)
+        titles = [f"{t} (seed {sd}): {n} passes" for t, sd, n in zip(texts, seeds, s.sequence_nfe, strict=True)]
+        extras.plots().plot_acceptance(list(bundle.layout.tiled(s.when)), titles, traced)
+        click.echo(f"wrote {traced}")

@@ -1,0 +1,252 @@
+"""The decode thread: one loop owns the model and batches requests continuously.
+
+Requests wait in one FIFO queue. The thread serves one :class:`~.fields.Group` (method, window,
+sampling: what one engine decodes) at a time with :func:`jacobigen.decode.batching.run`: images of
+that group join the running batch at the next step while no request of another group has waited
+longer (so no group starves), and leave when done; when the batch drains, the oldest waiting request
+picks the next group. A request that did not pin its decoding joins whatever group the load policy
+(:mod:`.policy`) allows. Rows of cancelled requests (client gone, deadline passed, shutdown) are freed
+at the next step. Each image depends only on its prompt, seed, method and window (batch invariance),
+so it equals ``jacobigen generate``'s.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+
+import torch
+
+from ..core.errors import ConfigError
+from ..core.stats import step_compression
+from ..decode.api import prompt_rows
+from ..decode.batching import Admission, Sequences, capacity, model_prefixes, run
+from ..decode.jacobi import JacobiDecoder
+from ..decode.methods import get_method
+from .fields import FieldError, Group, ImageRequest, pinned_group
+from .images import pictures, png_b64, preview
+from .jobs import Image, Job
+from .metrics import Metrics
+from .policy import BEST, WindowPolicy
+
+PREVIEW_EVERY = 4  # iterations between preview images of a streamed request
+IDLE_POLL = 0.25  # seconds the idle thread sleeps between deadline checks
+
+
+class QueueFull(Exception):
+    """More images wait than ``--max-queue`` (HTTP 429)."""
+
+    def __init__(self, retry_after: int):
+        super().__init__(f"the queue is full; retry in about {retry_after} s")
+        self.retry_after = retry_after
+
+
+class Closed(Exception):
+    """The server is shutting down (HTTP 503)."""
+
+
+class Scheduler:
+    def __init__(self, bundle, max_batch: int, max_queue: int, timeout: float, metrics: Metrics):
+        self.bundle, self.max_batch, self.max_queue, self.timeout = bundle, max_batch, max_queue, timeout
+        self.metrics, self.policy = metrics, WindowPolicy(max_batch)
+        self.cond = threading.Condition()
+        self.waiting: deque[Job] = deque()
+        self.running: set[Image] = set()
+        self.group: Group | None = None  # the group decoding now
+        self.closing = self.stopped = False
+        self.seconds_per_image = 2.0  # a running estimate, for Retry-After
+        self.thread = threading.Thread(target=self._serve, name="jacobigen-decode", daemon=True)
+
+    # --- the web layer's side -----------------------------------------------------------------
+
+    def submit(self, req: ImageRequest, post) -> Job:
+        """Queue a request; :class:`QueueFull`, :class:`Closed`, or a FieldError for a prompt the model
+        cannot read."""
+        rows = self._rows(req)
+        job = Job(req, [], post, time.monotonic() + self.timeout, pinned_group(req, BEST))
+        job.images = [Image(job, i, s, r) for i, (s, r) in enumerate(zip(req.seeds, rows, strict=True))]
+        with self.cond:
+            if self.closing:
+                raise Closed("the server is shutting down")
+            queued = self._queued()
+            if queued + len(job.images) > self.max_queue:
+                raise QueueFull(max(1, round(self.seconds_per_image * (queued + 1) / self.max_batch)))
+            self.waiting.append(job)
+            self.metrics.batch(queued + len(job.images), len(self.running))
+            self.cond.notify()
+        return job
+
+    def _rows(self, req: ImageRequest) -> list[list[list[int]]]:
+        """Each image's model rows, as ``generate`` makes them."""
+        try:
+            enc = self.bundle.encode([req.prompt])
+            if enc.model is not self.bundle.model:
+                raise ConfigError("this model's prompts carry state outside their ids: it cannot be served yet")
+            uncond = enc.uncond[0] if enc.uncond else None
+            rows, _ = prompt_rows(enc.cond[0], req.seeds, uncond, req.sampling.guided)
+            rows = model_prefixes(self.bundle.model, self.bundle.layout, rows)
+        except ConfigError as e:
+            raise FieldError("prompt", str(e)) from e
+        g = 2 if req.sampling.guided else 1
+        return [rows[i * g : (i + 1) * g] for i in range(len(req.seeds))]
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def close(self, grace: float) -> None:
+        """Refuse new requests; what is queued or decoding has ``grace`` seconds to finish, then gets a
+        503. Returns once the decode thread has stopped."""
+        with self.cond:
+            self.closing = True
+            end = time.monotonic() + grace
+            for job in [*self.waiting, *(i.job for i in self.running)]:
+                job.deadline = min(job.deadline, end)
+            self.stopped = True
+            self.cond.notify()
+        self.thread.join(grace + 30)
+
+    def load(self) -> int:
+        """Images in flight and waiting."""
+        return len(self.running) + self._queued()
+
+    def _queued(self) -> int:
+        return sum(len(j.images) - j.admitted for j in self.waiting)
+
+    # --- the decode thread ----------------------------------------------------------------------
+
+    def _serve(self) -> None:
+        while True:
+            with self.cond:
+                while True:
+                    self._expire(time.monotonic())
+                    if self.waiting or self.stopped:
+                        break
+                    self.cond.wait(IDLE_POLL)
+                if not self.waiting:
+                    return
+                head = self.waiting[0]
+                self.group = head.group or self.policy.group(self.load(), head.request.sampling)
+            try:
+                self._run(self.group)
+            except Exception as e:  # a fault of the model or the decoder: fail its requests, keep serving
+                with self.cond:
+                    for img in list(self.running):
+                        img.job.fail(500, f"decoding failed: {type(e).__name__}: {e}")
+                    self.running.clear()
+            with self.cond:
+                self.group = None
+                self.metrics.batch(self._queued(), 0)
+
+    def _run(self, group: Group) -> None:
+        parts = get_method(group.method).build(group.window)
+        decoder = JacobiDecoder(
+            self.bundle.model, self.bundle.layout, group.sampling, parts, latents=self.bundle.latents
+        )
+        engine = decoder.engine
+        longest = self.bundle.model.max_seq_len - self.bundle.layout.length  # any prompt the model takes
+        with torch.inference_mode():
+            run(engine, Live(self, group), self.max_batch, capacity(engine, longest))
+
+    def _expire(self, now: float) -> None:
+        """Fail waiting requests past their deadline (under the lock)."""
+        for job in [j for j in self.waiting if now > j.deadline or j.ended]:
+            self.waiting.remove(job)
+            self._timed_out(job)
+
+    def _timed_out(self, job: Job) -> None:
+        if self.closing:
+            job.fail(503, "the server shut down before the request finished")
+        else:
+            job.fail(504, f"the request took longer than the server's limit of {self.timeout:g} s")
+
+
+class Live(Sequences):
+    """The scheduler's queue as the batch loop's source, for one group."""
+
+    watching = True
+
+    def __init__(self, scheduler: Scheduler, group: Group):
+        self.s, self.group = scheduler, group
+        self.layout = scheduler.bundle.layout
+
+    def _joining(self) -> list[Job]:
+        """Waiting jobs that may join now, oldest first: up to the first that may not (FIFO)."""
+        s, out = self.s, []
+        load = s.load()
+        for job in s.waiting:
+            if job.group is None and s.policy.fits(self.group, load, job.request.sampling):
+                job.group = self.group
+            if job.group != self.group or job.ended:
+                break
+            out.append(job)
+        return out
+
+    def waiting(self) -> int:
+        with self.s.cond:
+            return sum(len(j.images) - j.admitted for j in self._joining())
+
+    def take(self, n: int) -> list[Admission]:
+        out: list[Admission] = []
+        with self.s.cond:
+            for job in self._joining():
+                while job.admitted < len(job.images) and len(out) < n:
+                    img = job.images[job.admitted]
+                    job.admitted += 1
+                    self.s.running.add(img)
+                    out.append(Admission(img, img.rows, img.seed))
+                if job.admitted == len(job.images):
+                    self.s.waiting.remove(job)
+            self.s.metrics.batch(self.s._queued(), len(self.s.running))
+        return out
+
+    def finish(self, keys, tokens, when, iterations) -> None:
+        pics = [pictures(self.s.bundle, t[None])[0] for t in tokens]  # one at a time, as `generate` of one image
+        now, length = time.monotonic(), self.layout.length
+        for img, pic, w, its in zip(keys, pics, when, iterations.tolist(), strict=True):
+            job = img.job
+            with self.s.cond:
+                self.s.running.discard(img)
+            forwards = 1 + its  # the prefill, then one per iteration
+            compression = step_compression(length, forwards)
+            job.results[img.index] = {
+                "b64_json": png_b64(pic),
+                "seed": img.seed,
+                "method": self.group.method,
+                "window": self.group.window,
+                "stats": {"forwards": forwards, "step_compression": compression, "seconds": now - job.submitted},
+                "acceptance": self.layout.grid(w[None])[0].tolist(),
+            }
+            self.s.metrics.compression.observe(compression)
+            self.s.seconds_per_image = 0.9 * self.s.seconds_per_image + 0.1 * (now - job.submitted)
+            if len(job.results) == len(job.images) and not job.ended:
+                self.s.metrics.latency.observe(now - job.submitted)
+                job.finish()
+
+    def cancelled(self) -> set:
+        now = time.monotonic()
+        with self.s.cond:
+            self.s._expire(now)
+            gone = {img for img in self.s.running if img.job.ended or now > img.job.deadline}
+            for img in gone:
+                self.s.running.discard(img)
+                self.s._timed_out(img.job)  # no-op for a job already ended
+            return gone
+
+    def watch(self, fl, keys, tokens) -> None:
+        self.s.metrics.iteration(tokens, len(self.s.running))
+        streamed = [i for i in self.s.running if i.job.request.stream]
+        if not streamed:
+            return
+        rows = {keys[q]: r for r, q in enumerate(fl.seq.tolist()) if q >= 0}
+        committed, iteration = fl.committed.tolist(), fl.iteration.tolist()
+        for img in streamed:
+            r = rows.get(img)
+            if r is None or img.job.ended:
+                continue
+            event = {"image": img.index, "tokens": min(committed[r], self.layout.length), "iteration": iteration[r]}
+            if iteration[r] % PREVIEW_EVERY == 1:
+                length = self.layout.length
+                event["b64_json"] = png_b64(preview(self.s.bundle, fl.board[r, :length], fl.when[r]))
+                event["acceptance"] = self.layout.grid(fl.when[r][None])[0].tolist()
+            img.job.post({"event": "progress", "data": event})

@@ -1,0 +1,139 @@
+"""The step as one compiled graph (docs/DESIGN.md §7): no graph break, one graph per block shape, a
+second image compiles nothing new, and the tokens are eager's. Backend ``eager`` traces exactly what
+inductor would compile (the graph breaks and guards are dynamo's) without generating code; one slow
+test runs inductor itself."""
+
+import pytest
+import torch
+from click.testing import CliRunner
+
+from jacobigen import METHODS, ConfigError, generate
+from jacobigen.cli import main
+from jacobigen.core.kernels import cumsum
+from jacobigen.decode.capture import Graphed, compile_counts
+from jacobigen.models import random_bundle
+from jacobigen.tools.bench import run_compiled_bench
+from tests.helpers.models import LAYOUT, PROMPT, UNCOND, random_model
+
+FAST = ["ar", "scd-mc"]  # the chain and coupling; the tree and PJD's rows (seconds each) run in the slow tier
+SLOW = [m for m in METHODS if m not in FAST] + ["sjd-pac[tree_budget=full]"]  # every other preset
+
+
+def _run(model, method: str, seed, compile=False, **kw):
+    name, opts = method.split("[")[0], {}
+    if "[" in method:
+        opts = dict(kv.split("=") for kv in method[len(name) + 1 : -1].split(","))
+    return generate(
+        model, PROMPT, layout=LAYOUT, uncond=UNCOND, cfg=3.0, top_k=64, method=name, window=32, seed=seed,
+        compile=compile, **opts, **kw,
+    )  # fmt: skip
+
+
+def check_compiled(method: str) -> None:
+    torch._dynamo.reset()  # a preset whose parts an earlier test compiled would reuse that graph
+    model = random_model()
+    eager = _run(model, method, [3])
+    before = compile_counts()
+    first = _run(model, method, [3], compile="eager")
+    middle = compile_counts()
+    second = _run(model, method, [4], compile="eager")
+    after = compile_counts()
+    assert torch.equal(first.tokens, eager.tokens)
+    assert first.stats.nfe == eager.stats.nfe and first.stats.committed == eager.stats.committed
+    assert torch.equal(second.tokens, _run(model, method, [4]).tokens)
+    assert after["graph_breaks"] == before["graph_breaks"]
+    assert middle["graphs"] - before["graphs"] == 1  # one block shape: one graph
+    assert after["graphs"] == middle["graphs"]  # the next image reuses it
+
+
+@pytest.mark.parametrize("method", FAST)
+def test_compiled_step_is_one_graph_with_eager_tokens(method):
+    check_compiled(method)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method", SLOW)
+def test_every_preset_compiles_to_one_graph(method):
+    check_compiled(method)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method", ["sjd-pac", "pjd+scd-mc+pac"])
+def test_compiled_batch_with_refill_keeps_each_sequences_tokens(method):
+    """Rows finish, are refilled, then compacted: one graph per batch size (2, then 1), tokens unchanged."""
+    model = random_model()
+    kw = dict(batch_size=2)
+    eager = _run(model, method, [5, 6, 7], **kw)
+    before = compile_counts()["graphs"]
+    compiled = _run(model, method, [5, 6, 7], compile="eager", **kw)
+    middle = compile_counts()["graphs"]
+    again = _run(model, method, [5, 6, 7], compile="eager", **kw)
+    assert torch.equal(compiled.tokens, eager.tokens) and torch.equal(again.tokens, eager.tokens)
+    assert middle - before <= 2 and compile_counts()["graphs"] == middle
+
+
+@pytest.mark.slow
+def test_inductor_compiled_step_matches_eager():
+    model = random_model()
+    assert torch.equal(_run(model, "scd-mc", [2], compile=True).tokens, _run(model, "scd-mc", [2]).tokens)
+
+
+def test_compile_argument_is_checked():
+    with pytest.raises(ConfigError, match="compile must be"):
+        _run(random_model(), "sjd", [0], compile=3)
+
+
+def test_graphed_model_is_the_model_off_a_gpu():
+    model = random_model()
+    assert torch.equal(_run(Graphed(model), "sjd", [1]).tokens, _run(model, "sjd", [1]).tokens)
+
+
+def test_cumsum_runs_atens_kernel_inside_a_graph():
+    x = torch.rand(3, 5000, dtype=torch.float64)
+    compiled = torch.compile(cumsum, backend="aot_eager", fullgraph=True)
+    assert torch.equal(compiled(x), x.cumsum(-1))
+
+
+@pytest.mark.slow
+def test_bench_compile_rows_record_graphs_and_tokens():
+    rows, extra = run_compiled_bench(
+        random_bundle(), ["sjd-pac"], [8], ["red heart"], [0, 1], progress=False, compile="eager"
+    )
+    for r in rows:
+        assert r.graph_breaks == 0 and r.recompiles == 0 and r.tokens_equal_eager, r
+        assert r.graphs >= 1 if r.method != "plain-ar" else r.graphs >= 0
+    assert extra["compile"]["graph_breaks"] == 0
+
+
+@pytest.mark.slow
+def test_bench_keeps_the_rows_that_compile(monkeypatch):
+    """A method whose step fails to compile is reported and left out; the others are timed."""
+    from jacobigen.decode import engine
+
+    real = engine.captured
+
+    def picky(step, how):
+        compiled = real(step, how)
+
+        def call(fl, cache, running):
+            if step.__self__.schedule.levels:  # the proactive tree's schedule
+                raise RuntimeError("ValueError: not comparable\nlong traceback")
+            return compiled(fl, cache, running)
+
+        return call
+
+    monkeypatch.setattr(engine, "captured", picky)
+    rows, extra = run_compiled_bench(
+        random_bundle(), ["sjd-pac", "scd-mc"], [32], ["red heart"], [0], progress=False, compile="eager"
+    )
+    by = {r.method: r for r in rows}
+    assert by["sjd-pac"].compile_error == "RuntimeError: ValueError: not comparable" and by["sjd-pac"].runs == 0
+    assert by["scd-mc"].runs == 1 and by["scd-mc"].tokens_equal_eager
+    assert list(extra["compile_errors"]) == ["sjd-pac @ 32"]
+
+
+def test_generate_compile_refuses_job_runs(tmp_path):
+    prompts = tmp_path / "p.txt"
+    prompts.write_text("red heart\n")
+    res = CliRunner().invoke(main, ["generate", "--compile", "--prompts", str(prompts), "--model", "random"])
+    assert res.exit_code == 2 and "--compile applies to one sheet" in res.output

@@ -1,0 +1,1 @@
+"""What the tests share: tiny models, the deliberate mutants, family configs."""

@@ -1,0 +1,67 @@
+"""benchmarks/gpu/measure.py, the prepared GPU run, keeps working: its --tiny mode on the CPU."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "gpu" / "measure.py"
+
+
+def test_tiny_run_writes_every_part(tmp_path):
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}  # tiny model: one thread is faster and steadier
+    env.pop("OUT", None)
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), "--tiny", "--device", "cpu", "--out", str(tmp_path), "--skip-embedded"]
+        + ["--backend", "eager", "--methods", "ar,sjd,sjd-pac", "--compiled-methods", "ar,sjd-pac"]
+        + ["--emulate-graphs"],  # the compiled part's steps replayed through OpReplay, CUDA graphs' stand-in
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    report = json.loads((tmp_path / "measure.json").read_text())
+    assert (tmp_path / "measure.md").read_text().startswith("# GPU measurements")
+    assert report["meta"]["tiny"] and report["model"]["status"] == "ok"
+    assert report["bandwidth"]["gbps"] > 0
+
+    fwd = report["forward"]
+    assert fwd["status"] == "ok", fwd.get("error")
+    got = [(p["variant"], p["block"]) for p in fwd["points"]]
+    assert got == [("eager", b) for b in (1, 4, 8)] + [("graphed", b) for b in (1, 4, 8)] + [("compiled+graphed", 1)]
+    assert all(p["median_ms"] > 0 and p["gbps"] > 0 for p in fwd["points"])
+    assert [r["variant"] for r in report["plain"]["runs"]] == ["eager", "graphed", "compiled+graphed"]
+
+    over = report["overhead"]
+    assert over["status"] == "ok", over.get("error")
+    assert [(r["method"], r["window"]) for r in over["runs"]] == [("ar", 1), ("sjd", 32), ("sjd-pac", 32)]
+    for r in over["runs"]:
+        assert r["nfe"] >= 2 and r["forward_ms_per_iter"] > 0 and r["bookkeeping_ms_per_iter"] >= 0
+    comp = report["compiled"]
+    assert comp["status"] == "ok", comp.get("error")
+    assert [r["method"] for r in comp["runs"]] == ["ar", "sjd-pac"]
+    for r in comp["runs"]:
+        assert r["step"] == "captured (eager)" and r["capture_s"] > 0 and r["steady_ms_per_iter"] > 0, r
+    table = report["table"]["rows"]
+    assert [r["method"] for r in table] == ["ar", "sjd", "scd", "sjd-pac"]
+    assert table[0]["forwards"] == 2357 and table[0]["seconds_eager_step"] > 0
+    assert report["embedded"]["status"] == "skipped"
+
+
+def test_a_failing_part_keeps_the_others(tmp_path):
+    spec = importlib.util.spec_from_file_location("gpu_measure", SCRIPT)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    report = mod.main(
+        ["--tiny", "--device", "cpu", "--out", str(tmp_path), "--skip-embedded", "--skip-compiled", "--skip-plain"]
+        + ["--sizes", "1,2", "--compiled-sizes", "1", "--backend", "eager", "--methods", "no-such-method"]
+    )
+    assert report["overhead"]["status"] == "error" and "no-such-method" in report["overhead"]["error"]
+    assert report["forward"]["status"] == "ok" and len(report["forward"]["points"]) == 5
+    on_disk = json.loads((tmp_path / "measure.json").read_text())
+    assert on_disk["overhead"]["status"] == "error" and on_disk["forward"]["points"]
