@@ -332,8 +332,14 @@ def profile() -> str:
     return md_table(cols, cells)
 
 
+def auto_choice() -> str:
+    """`jacobigen bench --methods auto,...` on the embedded model: auto's row beside the fixed ones."""
+    return table([Row.from_dict(r) for r in load("auto/threads-1/bench.json")["rows"]])
+
+
 TABLES = {
     "every-method": every_method,
+    "auto": auto_choice,
     "tree": tree,
     "quality": quality,
     "lossy": lossy,

@@ -125,13 +125,17 @@ CASES = [
     Case("-o batch_size=0", "heart -o batch_size=0", 2, "batch_size is not a method option: use --batch-size"),
     Case("-o without =", "heart -o nokey", 2, "expected key=value, got 'nokey'"),
     Case("--address without --ray", "heart --address 127.0.0.1:1", 2, "--address names a Ray cluster: add --ray"),
-    Case("--threads with --ray", "heart --ray --threads 2", 2, "--threads sets this process's threads"),
+    Case("--threads with --ray", "heart --ray --method sjd --window 8 --threads 2", 2, "--threads sets this process's"),
+    Case("--ray with --method auto", "heart --ray", 2, "--ray: name --method and --window"),
     Case("0 Ray workers", "heart --ray --workers 0", 2, "'--workers': 0 is not in the range"),
     Case("chunk 0", "--prompts {tmp}/ok.txt --chunk 0", 2, "'--chunk': 0 is not in the range x>=1"),
     Case("an unknown flag", "heart --widow 8", 2, "No such option '--widow'"),
     # need torch (a method's parts, a model, a device)
     Case("unknown method", "heart --method nope", 2, "unknown method 'nope'", early=False),
-    Case("unknown method option", "heart -o depth=3", 2, "method 'sjd' has no option(s) depth", early=False),
+    Case(
+        "unknown method option", "heart --method sjd -o depth=3", 2, "method 'sjd' has no option(s) depth", early=False
+    ),
+    Case("a method option with --method auto", "heart -o alpha=0.5", 2, "--method auto weighs methods", early=False),
     Case(
         "tree width not a number",
         "heart --method sjd-pac -o tree_width=abc",
@@ -202,7 +206,7 @@ CASES = [
     ),
     Case(
         "a Ray address where nothing listens",
-        "--prompts {tmp}/ok.txt --ray --address 127.0.0.1:{port} --out-dir {tmp}/ray",
+        "--prompts {tmp}/ok.txt --ray --method sjd --window 8 --address 127.0.0.1:{port} --out-dir {tmp}/ray",
         1,
         "cannot reach a Ray head at --address 127.0.0.1:",
         early=False,

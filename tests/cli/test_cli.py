@@ -17,6 +17,8 @@ def test_generate_writes_png_and_reports(tmp_path):
             "red heart",
             "--model",
             "random",
+            "--method",
+            "sjd",
             "--window",
             "8",
             "--num-images",

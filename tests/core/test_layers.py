@@ -1,7 +1,7 @@
 """The package's layers (docs/DESIGN.md §1), checked on the import graph read from the source.
 
 Every module lives in a layer package, ``core`` < ``parts`` < ``decode`` < ``models`` < ``tools``
-< ``cli`` (the command line, last). A module imports only from its own layer or earlier ones,
+< ``serve`` < ``cli`` (the command line, last). A module imports only from its own layer or earlier ones,
 at module level or inside a function; the package ``__init__`` (the lazy public names) is exempt.
 Module-level imports form no cycle. The checker is tested on fabricated packages too, so a green run
 means the rules hold, not that the checker saw nothing.
@@ -15,7 +15,7 @@ from pathlib import Path
 
 PACKAGE = "jacobigen"
 SRC = Path(__file__).resolve().parents[2] / "src"
-LAYERS = ("core", "parts", "decode", "models", "tools", "cli")
+LAYERS = ("core", "parts", "decode", "models", "tools", "serve", "cli")
 
 
 @dataclass(frozen=True)

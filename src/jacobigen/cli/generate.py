@@ -135,12 +135,13 @@ def generate(
     fmt = image_format(out)
     decoding.check_method()
     bundle = images_only(model.load())
+    decoding, choice = decoding.resolve(bundle)
     texts = [p for p in prompts for _ in range(num_images)]
     gen, images = bundle.generate(texts, **decoding.generate_kwargs(seed=seeds, compile=compile_step))
     buf = io.BytesIO()
     image_grid(images, size).save(buf, format=fmt)
     atomic_write(out, buf.getvalue(), "--out")
-    report(bundle, gen, texts, seeds, decoding, out, trace)
+    report(bundle, gen, texts, seeds, decoding, out, trace, choice)
 
 
 def _check_combination(prompts, prompts_file, use_ray, address, out, decoding, model, trace) -> None:
@@ -165,6 +166,11 @@ def _check_combination(prompts, prompts_file, use_ray, address, out, decoding, m
             )
     if address and not use_ray:
         raise click.UsageError("--address names a Ray cluster: add --ray")
+    if use_ray and (decoding.method == "auto" or decoding.window is None):
+        raise click.UsageError(
+            "--ray: name --method and --window (auto measures this machine, not the workers'; "
+            "`jacobigen bench --window auto` on a worker tells what runs fastest there)"
+        )
     if use_ray and model.threads is not None:
         raise click.UsageError("--threads sets this process's threads; Ray workers take cpu_count / --workers each")
 
@@ -179,6 +185,10 @@ def _generate_folder(texts, num_images, model: ModelChoice, decoding: Decoding, 
     from ..models.load import weights_id
     from ..tools.jobs import Outputs, plan, run_local
 
+    bundle = None
+    if not folder.use_ray:  # Ray workers load their own (and Ray runs name their method and window)
+        bundle = images_only(model.load())
+        decoding, _ = decoding.resolve(bundle)
     spec = get_method(decoding.method)
     window = spec.window or decoding.window
     settings = {
@@ -220,7 +230,7 @@ def _generate_folder(texts, num_images, model: ModelChoice, decoding: Decoding, 
                 **gen_options,
             )
         else:
-            bundle = images_only(model.load())
+            assert bundle is not None  # loaded above for a local run
             on_result = lambda job, rec: bar.update(1)  # noqa: E731
             run_local(bundle, jobs, outputs, decoding.batch_size, folder.chunk, on_result=on_result, **gen_options)
         bar.close()

@@ -37,7 +37,7 @@ def _variants(ctx, param, value):
         raise click.BadParameter(f"give at least one method, got {value!r}")
     try:
         for name in names:
-            if name != PLAIN:
+            if name not in (PLAIN, "auto"):
                 parse_variant(name)
     except JacobigenError as e:
         raise click.BadParameter(str(e)) from e
@@ -53,7 +53,8 @@ def _variants(ctx, param, value):
     show_default=True,
     callback=_variants,
     help="Comma-separated presets (ar and the plain loop plain-ar always run); a preset with options "
-    "is written NAME[key=value,...], e.g. 'sjd-pac[tree_budget=full,window=32]'.",
+    "is written NAME[key=value,...], e.g. 'sjd-pac[tree_budget=full,window=32]'; 'auto' adds the row "
+    "`generate --method auto` would run here.",
 )
 @click.option(
     "--window",

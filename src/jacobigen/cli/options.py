@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import click
@@ -35,6 +35,18 @@ RESERVED = {
 }  # generate() arguments that have their own flags, not -o options
 MAX_THREADS_PER_CORE = 4  # --threads above this many per core is refused
 DEFAULTS = ", ".join(f"{k.replace('_', '-')} {v}" for k, v in E.SAMPLING.items())
+
+
+class Window(click.IntRange):
+    """A window of at least 1 token, or ``auto`` (None): the fastest for this device (:mod:`jacobigen.tools.auto`)."""
+
+    name = "integer|auto"
+
+    def __init__(self):
+        super().__init__(min=1)
+
+    def convert(self, value, param, ctx):
+        return None if value in ("auto", None) else super().convert(value, param, ctx)
 
 
 class Finite(click.ParamType):
@@ -83,8 +95,8 @@ class ModelChoice:
 class Decoding:
     """How to decode: the method and its options, the seeds, the sampling, what to report."""
 
-    method: str
-    window: int
+    method: str  # a method string, or "auto"
+    window: int | None  # None: auto
     seed: int = 0
     batch_size: int | None = None
     sampling: dict = field(default_factory=dict)  # only what the user set: the model's own otherwise
@@ -104,13 +116,47 @@ class Decoding:
         """The method and its options, built once before the model loads (their parts check them)."""
         from ..decode.methods import get_method
 
+        if self.method == "auto" or self.window is None:
+            from ..tools.auto import candidates
+
+            candidates(self.method, self.window)  # refuses a method that builds at no window
+            if self.method == "auto":
+                return self.check_options()
         spec = get_method(self.method)
         if spec.window is not None and self.window_given and self.window != spec.window:
             raise click.BadParameter(
                 f"{spec.name} always runs window {spec.window}: --window {self.window} would be ignored",
                 param_hint="--window",
             )
-        spec.build(spec.window or self.window, **self.options)
+        spec.build(spec.window or self.window or 1, **self.options)
+
+    def check_options(self) -> None:
+        """-o options with ``--method auto``: only those every candidate reads (none: the candidates
+        differ in their parts)."""
+        if self.options:
+            raise click.BadParameter(
+                f"-o {', '.join(self.options)}: --method auto weighs methods with different options; name the method",
+                param_hint="--option",
+            )
+
+    def resolve(self, bundle) -> tuple[Decoding, object | None]:
+        """This decoding with ``auto`` replaced by the measured choice (:func:`jacobigen.tools.auto.choose`,
+        calibrated once per model and machine, cached), and the choice (None when nothing was auto)."""
+        if self.method != "auto" and self.window is not None:
+            return self, None
+        from ..decode.methods import get_method
+        from ..tools.auto import cache_file, choose
+
+        fixed = None if self.method == "auto" else get_method(self.method).window
+        if fixed:  # ar: nothing to weigh
+            return replace(self, window=fixed), None
+
+        choice = choose(bundle, self.method, self.window, cache_file(), self.progress, **self.sampling)
+        click.echo(
+            f"auto: {choice.method} at window {choice.window}, predicted {choice.speedup:.2f}x ar's speed here "
+            f"({'calibrated now' if choice.calibrated else 'calibration'} in {cache_file()})"
+        )
+        return replace(self, method=choice.method, window=choice.window), choice
 
     def generate_kwargs(self, **more) -> dict:
         """Keyword arguments of ``ModelBundle.generate`` for this decoding."""
@@ -202,21 +248,23 @@ def model_options(default: str = "default", model_help: str | None = None, threa
     return _apply(options, build)
 
 
-def decoding_options():
+def decoding_options(method: str = "auto", window: str = "auto"):
     """The options ``generate`` and ``generate-video`` share, handed over as ``decoding: Decoding``."""
     options = [
         click.option(
             "--method",
-            default="sjd",
+            default=method,
             show_default=True,
-            help="A preset, or parts joined by + such as scd-gs+pac+vp (see `jacobigen methods`).",
+            help="A preset, or parts joined by + such as scd-gs+pac+vp (see `jacobigen methods`); 'auto': the "
+            "lossless method (ar included) that runs fastest on this machine, measured once per model, device, "
+            "threads and sampling and cached.",
         ),
         click.option(
             "--window",
-            default=32,
+            default=window,
             show_default=True,
-            type=click.IntRange(min=1),
-            help="Tokens in flight per iteration (at most the image's tokens + 4096).",
+            type=Window(),
+            help="Tokens in flight per iteration (at most the image's tokens + 4096); 'auto': the fastest here.",
         ),
         click.option(
             "--seed",

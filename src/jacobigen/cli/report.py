@@ -68,9 +68,10 @@ def images_only(bundle):
     return bundle
 
 
-def report(bundle, gen, texts, seeds, decoding: Decoding, out: Path, trace: bool) -> None:
+def report(bundle, gen, texts, seeds, decoding: Decoding, out: Path, trace: bool, choice=None) -> None:
     """The stats line (NFE, step compression, wall time, tree), the statistics JSON and, with
-    ``trace``, the acceptance maps beside ``out`` (a clip's frames side by side)."""
+    ``trace``, the acceptance maps beside ``out`` (a clip's frames side by side); with an auto
+    ``choice``, its predicted and measured speed against ``ar``'s calibrated time per image."""
     from ..core.layout import VideoLayout
 
     s = gen.stats
@@ -87,6 +88,12 @@ def report(bundle, gen, texts, seeds, decoding: Decoding, out: Path, trace: bool
     )
     split = "" if s.forward_time is None else f" (model forward {s.forward_time:.2f} s, other {s.overhead_time:.2f} s)"
     click.echo(f"wall time: {s.wall_time:.2f} s{split}")
+    if choice is not None:
+        per_image = s.wall_time / len(texts)
+        click.echo(
+            f"speed against ar: predicted {choice.speedup:.2f}x, measured {choice.ar_seconds / per_image:.2f}x "
+            f"({per_image:.2f} s per {what[:-3]}; ar {choice.ar_seconds:.2f} s, calibrated)"
+        )
     if gen.method.part("tree"):
         click.echo(
             f"tree: {s.nodes_per_iteration:.0f} nodes per forward, {sum(s.sibling_tokens)} token(s) from "

@@ -23,7 +23,7 @@ MAX_SIZE = 4096  # --size, pixels per clip
     "emoji-video",
     "'emoji-video' (embedded animated emoji, 8 frames), 'random-video' (random weights), or cosmos:DIR.",
 )
-@decoding_options()
+@decoding_options("sjd", "32")
 @click.option(
     "--frames",
     type=click.IntRange(1, 1024),

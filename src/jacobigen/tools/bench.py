@@ -25,8 +25,9 @@ from ..decode.api import generate
 from ..decode.capture import Graphed, compile_counts
 from ..decode.methods import parse_variant
 from ..models.bundle import ModelBundle, encode_one
+from .auto import WINDOWS, choose, unbuildable
 from .bench_rows import BASELINES, PLAIN, Row, Run
-from .costs import block_size, forward_cost_curve, predicted_seconds_per_image
+from .costs import block_size, forward_cost_curve
 from .plain_ar import plain_ar
 from .threads import choose_threads, environment, loadavg
 
@@ -106,31 +107,6 @@ def graphed(model, compile: bool | str) -> Graphed:
     return _GRAPHED[key]
 
 
-CANDIDATE_WINDOWS = [4, 8, 16, 32, 64]
-
-
-def unbuildable(variant, window: int) -> str | None:
-    """Why the variant's parts do not build at this window (None: they do)."""
-    try:
-        variant.build(window)
-    except ConfigError as e:
-        return str(e)
-    return None
-
-
-def choose_window(
-    pipe: ModelBundle, variant, prompt: str, seed: int, curve: dict[int, float], **sampling
-) -> tuple[int, dict[int, float]]:
-    """Pilot the method at each candidate window and pick the one with the lowest predicted
-    time per image on this device: NFE(window) x forward cost(block size(window))."""
-    predicted = {}
-    for w in [w for w in CANDIDATE_WINDOWS if unbuildable(variant, w) is None]:
-        run = decode_one(pipe, variant.label, w, prompt, seed, **sampling)
-        block = block_size(variant.build(w), pipe.layout)
-        predicted[w] = predicted_seconds_per_image(run.nfe, block, curve)
-    return min(predicted, key=predicted.get), predicted
-
-
 def run_bench(
     pipe: ModelBundle,
     methods: list[str],
@@ -147,15 +123,16 @@ def run_bench(
     drift hits all alike, after one untimed warm-up run of each (kernels, tables, compilation).
 
     ``windows`` may contain "auto": the window is then chosen per method from the device's
-    forward cost curve (measured here) and a pilot run. Returns the rows and the other data:
-    baselines, warm-up time, cost curve, and the machine, code and weights
+    forward cost curve (measured here) and a pilot run (:func:`jacobigen.tools.auto.choose`, not
+    cached); ``methods`` may contain "auto": the (method, window) ``--method auto`` would run.
+    Returns the rows and the other data: baselines, warm-up time, cost curve, and the machine, code and weights
     (:func:`~jacobigen.tools.threads.environment`, given the ``--model`` spec ``model_spec``) with the load
     average before and after.
 
     ``compile`` runs every row (baselines included) with its step compiled (:func:`compiled_warmup`).
     """
     extra: dict = environment(pipe.model, model_spec)
-    specs = [parse_variant(m) for m in dict.fromkeys(["ar", *methods]) if m != PLAIN]
+    specs = [parse_variant(m) for m in dict.fromkeys(["ar", *methods]) if m not in (PLAIN, "auto")]
     fixed = [w for w in windows if w != "auto"]
     configs = [("ar", 1, False, True), (PLAIN, 1, False, True)]
     configs += [(s.label, s.window, False, s.method.lossless) for s in specs[1:] if s.window]
@@ -172,7 +149,7 @@ def run_bench(
                 block_size(s.build(w), pipe.layout)
                 for s in specs
                 if not s.window
-                for w in CANDIDATE_WINDOWS
+                for w in WINDOWS
                 if unbuildable(s, w) is None
             }
         )
@@ -181,9 +158,19 @@ def run_bench(
         extra.update(cost_curve=curve, auto={})
         for s in specs:
             if not s.window:
-                best, predicted = choose_window(pipe, s, prompts[0], seeds[0], curve, **sampling)
-                extra["auto"][s.label] = {"window": best, "predicted_seconds": predicted}
-                configs.append((s.label, best, True, s.method.lossless))
+                choice = choose(pipe, s.label, None, **sampling)
+                extra["auto"][s.label] = {"window": choice.window, "predicted_seconds": choice.predicted}
+                configs.append((s.label, choice.window, True, s.method.lossless))
+    if "auto" in methods:
+        choice = choose(pipe, "auto", None, **sampling)
+        extra["auto_method"] = {
+            "method": choice.method,
+            "window": choice.window,
+            "predicted_speedup_vs_ar": choice.speedup,
+            "predicted_seconds": choice.predicted,
+        }
+        if (choice.method, choice.window, True) not in {c[:3] for c in configs}:
+            configs.append((choice.method, choice.window, True, True))
     t0 = time.perf_counter()
     rows = {(m, w, a): Row(m, w, lossless, a) for m, w, a, lossless in configs}
     if compile:

@@ -51,6 +51,12 @@ def header(extra: dict) -> str:
         )
     elif "warmup_seconds" in extra:
         lines.append(f"Eager model forward; warm-up {extra['warmup_seconds']:.1f} s.\n")
+    if "auto_method" in extra:
+        a = extra["auto_method"]
+        lines.append(
+            f"`--method auto` chose {a['method']} at window {a['window']} here (predicted "
+            f"{a['predicted_speedup_vs_ar']:.2f}x ar's speed; its row is marked auto).\n"
+        )
     for name, why in extra.get("skipped", {}).items():
         lines.append(f"Skipped {name}: {why}.\n")
     for name, why in extra.get("compile_errors", {}).items():

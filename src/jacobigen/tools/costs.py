@@ -60,7 +60,3 @@ def block_size(parts, layout) -> int:
         return parts.window
     extra = parts.tree.added(parts.window - 1)[1] if parts.tree else 0
     return parts.schedule.segments(layout.frames * layout.rows, layout.cols) * (parts.window + extra)
-
-
-def predicted_seconds_per_image(nfe: float, block: int, curve: dict[int, float]) -> float:
-    return nfe * interpolate(curve, block)
