@@ -16,7 +16,7 @@ from jacobigen.tools.bench import run_compiled_bench
 from tests.helpers.models import LAYOUT, PROMPT, UNCOND, random_model
 
 FAST = ["ar", "scd-mc"]  # the chain and coupling; the tree and PJD's rows (seconds each) run in the slow tier
-SLOW = [m for m in METHODS if m not in FAST] + ["sjd-pac[tree_budget=full]"]  # every other preset
+SLOW = [m for m in METHODS if m not in FAST] + ["sjd-pac[tree_budget=full]", "scd-gs+copy"]  # and the rest
 
 
 def _run(model, method: str, seed, compile=False, **kw):

@@ -6,7 +6,7 @@ p < FAIL (measured p-values for mutants are below 1e-30).
 
 import pytest
 
-from jacobigen import METHODS
+from jacobigen import METHODS, get_method
 from jacobigen.core.sampling import SamplingConfig
 from jacobigen.decode.api import make_decoder
 from jacobigen.decode.jacobi import Parts
@@ -16,6 +16,7 @@ from jacobigen.parts.verifiers import Verifier
 from jacobigen.tools.exactness import PROMPT, UNCOND, exact_distribution, gof_pvalue, layout, sample, tiny_model
 from tests.helpers.mutants import (
     CarryOldQ,
+    CopyWithBaseQ,
     MinimumAcceptance,
     NarrowSupport,
     PeekingTree,
@@ -201,3 +202,24 @@ def test_vp_mutant_rejected_where_fusion_moves_q(sharp):
     assert sharp_pvalue(sharp, Parts(RecordingVP(Independent(), **STRONG_VP), Verifier(), 6)) > PASS
     assert RecordingVP.moved > 0.5
     assert sharp_pvalue(sharp, Parts(UnfusedQ(Independent(), **STRONG_VP), Verifier(), 6)) < FAIL
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "method,options",
+    [
+        ("copy", {}),
+        ("scd-gs+copy", {}),
+        ("scd-mc+pac+copy", SMALL_TREE),
+        ("scd-mc+copy", {"copy_min_p": 0.3}),
+        ("pjd+scd-mc+copy", {"pjd_context": 3}),  # PJD's rows at c = C (exact), the row above as source
+    ],
+)
+def test_frame_copy_is_exact(model, exact, method, options):
+    """The copy drafter's point mass (the row above on this 2-row layout) is its exact q."""
+    assert pvalue(model, exact, get_method(method).build(6, **options), True, "cfg-topp") > PASS
+
+
+@pytest.mark.slow
+def test_frame_copy_mutant_is_rejected(model, exact):
+    assert pvalue(model, exact, Parts(CopyWithBaseQ(Independent()), Verifier(), 6)) < FAIL

@@ -8,7 +8,7 @@ from dataclasses import replace
 import torch
 
 from jacobigen.core.rng import Stream
-from jacobigen.parts.drafters import Coupled, GumbelShared, Independent, VerificationPrior
+from jacobigen.parts.drafters import Copy, Coupled, GumbelShared, Independent, VerificationPrior
 from jacobigen.parts.tree import ProactiveTree, TreeNodes
 from jacobigen.parts.verifiers import Verifier
 
@@ -108,3 +108,12 @@ class PeekingTree(Verifier):
             keep = uni.spine | ((scores >= best) & (scores > float("-inf")))
             window = replace(window, tree=TreeNodes(uni, torch.where(keep, tree.index, -1), tree.spine, tree.ranks))
         return super().verify(p, window, m, positions, draws)
+
+
+class CopyWithBaseQ(Copy):
+    """The frame-copy drafter proposes the copied token but records the base drafter's q
+    (a point-mass draft verified as if it had been drawn from the belief)."""
+
+    def draft(self, slots, draws):
+        tokens, _ = super().draft(slots, draws)
+        return tokens, self.base.draft(slots, draws)[1]

@@ -64,6 +64,11 @@ class ImageLayout:
         return self.rows * self.row_length + (self.eof_id is not None)
 
     @property
+    def repeat_offset(self) -> int:
+        """How far back the same cell lies: one frame in a clip of several frames, else one row."""
+        return self.frame_length if self.frames > 1 else self.row_length
+
+    @property
     def length(self) -> int:
         """Number of generated tokens, structural ones included."""
         return self.frames * self.frame_length + (self.end_id is not None)

@@ -16,7 +16,7 @@ import torch
 from ..core.masks import BandMask, block_mask, causal
 from ..core.mrs import gather_rows
 from ..core.recording import recording
-from ..parts.drafters import Slots
+from ..parts.drafters import Slots, earlier
 from ..parts.tree import AutoBudget, arrange, rank_candidates, select, universe
 from ..parts.verifiers import Window
 from .engine import Flight, ForwardBlock, Segments, per_model_row
@@ -26,6 +26,7 @@ class Chain:
     def __init__(self, layout, window: int, tree, targets, device):
         w = self.drafts = window - 1
         self.size, self.length, self.targets, self.device = window, layout.length, targets, device
+        self.repeat = layout.repeat_offset  # the copy drafter's source: one frame, or one row, back
         self.tree = tree
         self.levels: int
         self.cap: int
@@ -105,8 +106,16 @@ class Chain:
         belief = torch.where(has_p[..., None], gather_rows(self.p, j.clamp(max=w)), self.targets.prior(positions))
         jo = j.clamp(max=w - 1)
         support = None if self.support is None else gather_rows(self.support, j.clamp(max=w))
+        previous = earlier(fl.board, self.positions < n[:, None], positions, self.repeat)
         return Slots(
-            positions, belief, has_p, self.tokens.gather(1, jo), gather_rows(self.q, jo), (j < w) & live, support
+            positions,
+            belief,
+            has_p,
+            self.tokens.gather(1, jo),
+            gather_rows(self.q, jo),
+            (j < w) & live,
+            support,
+            previous,
         )
 
     def segments(self, fl: Flight, slots: Slots, tokens: torch.Tensor, q: torch.Tensor) -> Segments:

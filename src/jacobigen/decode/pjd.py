@@ -43,7 +43,7 @@ from ..core.masks import block_mask
 from ..core.recording import recording
 from ..core.registry import register
 from ..core.rng import Stream
-from ..parts.drafters import Slots
+from ..parts.drafters import Slots, earlier
 from ..parts.tree import arrange, rank_candidates, select, universe
 from ..parts.verifiers import Window
 from .engine import Flight, ForwardBlock, Segments, model_rows, per_model_row
@@ -318,6 +318,7 @@ class Rows:
         old_tokens = mem.tokens[sb, rel_c[..., None], jo]
         old_q = mem.q[sb, rel_c[..., None], jo]
         self.inside = inside
+        previous = earlier(fl.board, self.settled(fl), pos.flatten(1), self.layout.repeat_offset)
         return Slots(
             pos.flatten(1),
             belief.flatten(1, 2),
@@ -325,6 +326,7 @@ class Rows:
             old_tokens.flatten(1),
             old_q.flatten(1, 2),
             has_old.flatten(1),
+            previous=torch.where(inside.flatten(1), previous, -1),
         )
 
     def segments(self, fl: Flight, slots: Slots, tokens: torch.Tensor, q: torch.Tensor) -> Segments:

@@ -32,6 +32,17 @@ class Slots:
     old_q: torch.Tensor  # [B, W, V] distribution that old draft was drawn from
     has_old: torch.Tensor  # bool: an earlier draft exists and was not verified away
     support: torch.Tensor | None = None  # [B, W, K] ids outside which a model belief is zero
+    # [B, W] the committed token at the same cell one frame (a clip) or one row (an image) earlier,
+    # -1 where it is not committed yet (the copy drafter's source)
+    previous: torch.Tensor | None = None
+
+
+def earlier(board: torch.Tensor, settled: torch.Tensor, positions: torch.Tensor, offset: int) -> torch.Tensor:
+    """The committed token ``offset`` positions before each slot [B, W] of ``board`` [B, L], -1
+    where that position is not committed (``settled`` [B, L] says which are) or lies before the start."""
+    src = positions - offset
+    at = src.clamp(0, settled.shape[1] - 1)  # slots past the end (slack) have no source either
+    return torch.where((src >= 0) & (src == at) & settled.gather(1, at), board.gather(1, at), -1)
 
 
 class Drafter:
@@ -202,3 +213,49 @@ class VerificationPrior(Drafter):
         self.count[b, ring] = torch.where(slots.has_belief, (count + 1).clamp(max=self.history), count)
         self.owner[b, ring] = slots.positions
         return self.base.draft(replace(slots, belief=fused), draws)
+
+
+@register(
+    "copy",
+    "wrapper",
+    "frame copy: the committed token one frame (clip) or one row (image) earlier, as a draft",
+    prefix="copy_",
+)
+@dataclass(eq=False)
+class Copy(Drafter):
+    """Prompt-lookup for pictures: where the same cell one frame earlier (one row earlier in an
+    image) is committed, draft that token with certainty, q = its point mass; elsewhere ``base``
+    drafts. The source is committed before the verifier runs, so the draft is a deterministic
+    function of what the verifier sees and the point mass is its exact q: accepted with
+    probability p(token), else the residual (p without that token) is drawn.
+
+    ``min_p``: copy only where the slot's belief gives the source at least this probability (a
+    slot with no model belief yet always copies). The belief comes from an earlier forward, so the
+    choice is fixed before the draft and q stays exact; 0 copies wherever there is a source. A
+    model that does not continue frames (the embedded one) gives low beliefs there, and the base
+    drafter keeps those slots."""
+
+    base: Drafter
+    min_p: float = 0.0
+
+    def __post_init__(self):
+        self.min_p = number("copy_min_p", self.min_p, 0, 1)
+
+    def start(self, batch, slots, vocab, device):
+        self.base.start(batch, slots, vocab, device)
+
+    def reset(self, rows):
+        self.base.reset(rows)
+
+    def select(self, rows):
+        self.base.select(rows)
+
+    def draft(self, slots, draws):
+        tokens, q = self.base.draft(slots, draws)
+        if slots.previous is None:
+            return tokens, q
+        known = slots.previous.clamp(min=0)
+        likely = slots.belief.gather(-1, known[..., None])[..., 0] >= self.min_p
+        source = (slots.previous >= 0) & (likely | ~slots.has_belief)
+        point = torch.nn.functional.one_hot(known, q.shape[-1]).to(q.dtype)
+        return torch.where(source, slots.previous, tokens), torch.where(source[..., None], point, q)
