@@ -39,7 +39,7 @@ from dataclasses import dataclass
 import torch
 
 from ..core.errors import ConfigError
-from ..core.masks import block_mask
+from ..core.masks import block_mask, row_causal_mask
 from ..core.recording import recording
 from ..core.registry import register
 from ..core.rng import Stream
@@ -126,30 +126,6 @@ class Memory:
     p: torch.Tensor  # [B, At, Wt + 1, V] target after each block node
     tokens: torch.Tensor  # [B, A, W] drafts
     q: torch.Tensor  # [B, A, W, V] their draft distributions
-
-
-def row_causal_mask(anchor_pos, shared, node_ok, slot_pos, within: torch.Tensor | None = None):
-    """The row-causal attention of one block, per cache row.
-
-    anchor_pos, shared [R, A]; node_ok [R, A, T1] (segment a's nodes); slot_pos [R, C] raster
-    position of each committed cache slot (-1 for the prompt); ``within`` [R, A, T1, T1]: which
-    nodes of each segment see which (its tree-causal structure; default causal). Returns the block
-    structure [R, N, N] and the visible cache slots [R, N, C] (N = A * T1) for :func:`masks.block_mask`.
-    """
-    r, a, t1 = node_ok.shape
-    dev = node_ok.device
-    seg = torch.arange(a, device=dev).repeat_interleave(t1)
-    idx = torch.arange(t1, device=dev).repeat(a)
-    ok = node_ok.reshape(r, a * t1)
-    apos = anchor_pos.repeat_interleave(t1, 1)
-    sees = (idx[None, :] <= idx[:, None]) if within is None else within[:, seg[:, None], idx[:, None], idx[None, :]]
-    own = (seg[:, None] == seg[None, :]) & sees & ok[:, :, None] & ok[:, None, :]
-    tail = (idx == 0)[None] & shared.repeat_interleave(t1, 1) & ok
-    lower = apos[:, None, :] < apos[:, :, None]
-    structure = own | (tail[:, None, :] & lower & ok[:, :, None])
-    structure |= torch.eye(a * t1, dtype=torch.bool, device=dev)
-    cached = (slot_pos[:, None, :] < apos[:, :, None]) & ok[:, :, None]
-    return structure, cached
 
 
 class Rows:
