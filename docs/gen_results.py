@@ -332,14 +332,15 @@ def profile() -> str:
     return md_table(cols, cells)
 
 
-def auto_choice() -> str:
+def auto_choice(threads: int) -> str:
     """`jacobigen bench --methods auto,...` on the embedded model: auto's row beside the fixed ones."""
-    return table([Row.from_dict(r) for r in load("auto/threads-1/bench.json")["rows"]])
+    return table([Row.from_dict(r) for r in load(f"auto/threads-{threads}/bench.json")["rows"]])
 
 
 TABLES = {
     "every-method": every_method,
-    "auto": auto_choice,
+    "auto-1": lambda: auto_choice(1),
+    "auto-2": lambda: auto_choice(2),
     "tree": tree,
     "quality": quality,
     "lossy": lossy,
