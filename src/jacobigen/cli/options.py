@@ -9,65 +9,18 @@ imported: a bad value is one line naming the option (exit 2).
 from __future__ import annotations
 
 import functools
-import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import click
 from click.core import ParameterSource
 
-from ..core.checks import MAX_SEED, image_seeds, number, parse_options
+from ..core.checks import MAX_SEED, image_seeds
 from ..core.errors import ConfigError
 from ..models import embedded as E
+from .params import Finite, Window, check_threads, options_of
 
-RESERVED = {
-    "method",
-    "window",
-    "seed",
-    "batch_size",
-    "cfg",
-    "temperature",
-    "top_k",
-    "top_p",
-    "uncond",
-    "progress",
-    "timing",
-}  # generate() arguments that have their own flags, not -o options
-MAX_THREADS_PER_CORE = 4  # --threads above this many per core is refused
 DEFAULTS = ", ".join(f"{k.replace('_', '-')} {v}" for k, v in E.SAMPLING.items())
-
-
-class Window(click.IntRange):
-    """A window of at least 1 token, or ``auto`` (None): the fastest for this device (:mod:`jacobigen.tools.auto`)."""
-
-    name = "integer|auto"
-
-    def __init__(self):
-        super().__init__(min=1)
-
-    def convert(self, value, param, ctx):
-        return None if value in ("auto", None) else super().convert(value, param, ctx)
-
-
-class Finite(click.ParamType):
-    """A finite float (click's FLOAT takes nan and inf), optionally bounded."""
-
-    name = "number"
-
-    def __init__(self, lo: float | None = None, hi: float | None = None, lo_open: bool = False):
-        self.lo, self.hi, self.lo_open = lo, hi, lo_open
-
-    def convert(self, value, param, ctx):
-        try:
-            return number(
-                param.opts[0] if param else "value",
-                float(value) if isinstance(value, str) else value,
-                self.lo,
-                self.hi,
-                self.lo_open,
-            )
-        except ValueError as e:
-            self.fail(str(e) if isinstance(e, ConfigError) else f"{value!r} is not a number", param, ctx)
 
 
 @dataclass(frozen=True)
@@ -171,33 +124,6 @@ class Decoding:
         )
 
 
-def options_of(pairs: tuple[str, ...]) -> dict:
-    """``-o key=value`` pairs as method options; generate's own settings have their own flags."""
-    try:
-        options = parse_options(pairs)
-    except ConfigError as e:
-        raise click.BadParameter(str(e), param_hint="--option") from e
-    for key in options.keys() & RESERVED:
-        raise click.BadParameter(f"{key} is not a method option: use --{key.replace('_', '-')}", param_hint=f"-o {key}")
-    return options
-
-
-def _threads(ctx, param, value):
-    """More torch threads than cores only wait on each other: a warning above the cores, refused far
-    above them (--threads 1000 on 2 cores ran 25x slower)."""
-    if value is None:
-        return None
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    if value > MAX_THREADS_PER_CORE * cores:
-        raise click.BadParameter(
-            f"{value} threads on {cores} core(s): at most {MAX_THREADS_PER_CORE * cores}; threads beyond "
-            "the cores only wait on each other"
-        )
-    if value > cores:
-        click.echo(f"warning: --threads {value} is more than the {cores} core(s) here: expect it slower", err=True)
-    return value
-
-
 def _apply(options, build):
     """Decorate ``f`` with click ``options`` and hand it one object built by ``build`` from their values."""
 
@@ -232,7 +158,7 @@ def model_options(default: str = "default", model_help: str | None = None, threa
                 "--threads",
                 type=click.IntRange(min=1),
                 default=None,
-                callback=_threads,
+                callback=check_threads,
                 help="Torch CPU threads (default: 1 for a model under 50M parameters on the CPU, where a second "
                 "OpenMP thread stalls whenever the other core is busy; else torch's default).",
             )

@@ -9,7 +9,8 @@ import click
 
 from ..tools.files import atomic_write
 from .group import BadInput, main
-from .options import Decoding, Finite, ModelChoice, decoding_options, model_options
+from .options import Decoding, ModelChoice, decoding_options, model_options
+from .params import Finite
 from .report import check_outputs, image_grid, report
 
 CLIP_FORMATS = {".gif": "GIF", ".png": "PNG", ".apng": "PNG", ".webp": "WEBP"}  # animated, by Pillow
