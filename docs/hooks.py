@@ -5,8 +5,6 @@
   ``assets/weights/...`` instead of being copied into ``docs/``.
 - The embedded models' cards (``src/jacobigen/weights/**/MODEL_CARD.md``) are pages
   ``model-card.md`` and ``video-model-card.md``.
-- ``docs/serving.md`` joins the nav after "Video" when it exists (the serving docs are written
-  apart from the rest).
 """
 
 from __future__ import annotations
@@ -23,16 +21,6 @@ CARDS = {
     "model-card.md": ROOT / "src" / "jacobigen" / "weights" / "MODEL_CARD.md",
     "video-model-card.md": ROOT / "src" / "jacobigen" / "weights" / "video" / "MODEL_CARD.md",
 }
-
-
-def on_config(config):
-    if (Path(config["docs_dir"]) / "serving.md").exists() and config.get("nav"):
-        nav = config["nav"]
-        names = [next(iter(item)) if isinstance(item, dict) else item for item in nav]
-        if not any(isinstance(i, dict) and "serving.md" in i.values() for i in nav):
-            at = names.index("Video") + 1 if "Video" in names else len(nav)
-            nav.insert(at, {"Serving": "serving.md"})
-    return config
 
 
 def on_files(files, config):

@@ -2,6 +2,7 @@
 
 import json
 
+import pytest
 from click.testing import CliRunner
 from PIL import Image
 
@@ -90,6 +91,7 @@ def test_generate_with_the_reference_tree_reports_it(tmp_path):
     assert res.exit_code != 0 and "at least 21" in res.output and "Traceback" not in res.output
 
 
+@pytest.mark.slow
 def test_extreme_but_finite_settings_make_an_image(tmp_path):
     for flags in (["--cfg", "1e300"], ["--temperature", "1e-45"], ["--cfg", "-1e300", "--top-p", "1e-300"]):
         res = CliRunner().invoke(

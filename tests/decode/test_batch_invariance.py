@@ -13,7 +13,7 @@ from jacobigen import METHODS, generate
 from jacobigen.models import load_bundle
 from tests.helpers.models import LAYOUT, PROMPT, UNCOND, random_model
 
-FAST = ["scd-mc+pac+vp"]
+FAST = ["scd-gs"]
 SLOW = [m for m in METHODS if m not in FAST]
 # prompts of different lengths: different prefill widths and cache capacities alone and batched
 PROMPTS = [PROMPT, PROMPT + [11, 12, 13, 14, 15, 16, 17], PROMPT[:2], PROMPT + [5]]
@@ -102,6 +102,7 @@ def rounding_by_row_count(model):
     return model
 
 
+@pytest.mark.slow
 def test_sharing_one_forward_changes_sequences():
     """The mutant: the batch shares each forward (``batch_invariant=False``) on a model whose forward
     depends on its row count; the check above fails. With the default per-sequence calls the same

@@ -1,16 +1,22 @@
-"""The batch scheduler beside the step: admit, refill, compact.
+"""The batch scheduler beside the step: admit, refill, grow, cancel, compact.
 
 B rows are in flight; each decodes one sequence and advances by its own accepted length. When a
-sequence finishes, its row takes the next waiting prompt (prefilled apart and moved into the
+sequence finishes, its row takes the next waiting sequence (prefilled apart and moved into the
 shared cache); once nothing waits and a quarter of the rows are done, finished rows leave the batch
 so the forward stops paying for them. A newcomer gets its own seed and iteration 0, so it draws
 exactly what it would alone. The loop reads the device once per iteration (a few counters).
+
+Sequences come from a :class:`Sequences` source: :func:`decode` gives a fixed list; the image server
+(:mod:`jacobigen.serve`) a live queue that fills while the loop runs, so the batch also grows (up to
+its limit) when more wait than rows are free, and rows whose sequence the source cancels are freed.
+It is one loop for both, so a served image is the image :func:`decode` makes.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 
@@ -24,6 +30,92 @@ from .engine import Engine, Flight, model_rows
 CAPACITY_STEP = 64
 
 
+@dataclass(frozen=True)
+class Admission:
+    """One waiting sequence: ``key`` names it to its source; ``rows`` are its model rows (cond, uncond
+    when guided, each ending with the layout's header: :func:`model_prefixes`)."""
+
+    key: object
+    rows: list[list[int]]
+    seed: int
+
+
+class Sequences:
+    """Where the loop's sequences come from and where they go. ``watching``: call :meth:`watch` after
+    every iteration (it costs one host read of the committed count)."""
+
+    watching = False
+
+    def waiting(self) -> int:
+        """Sequences ready to join now."""
+        raise NotImplementedError
+
+    def take(self, n: int) -> list[Admission]:
+        """Up to ``n`` of the waiting sequences, oldest first."""
+        raise NotImplementedError
+
+    def finish(self, keys: list, tokens: torch.Tensor, when: torch.Tensor, iterations: torch.Tensor) -> None:
+        """These sequences finished: tokens and acceptance maps [n, length], iterations run [n]."""
+        raise NotImplementedError
+
+    def cancelled(self) -> set:
+        """Keys of sequences in flight to drop now (their rows are freed without output)."""
+        return set()
+
+    def watch(self, fl: Flight, keys: list, tokens: int) -> None:
+        """After an iteration that committed ``tokens`` tokens in all; row r decodes ``keys[fl.seq[r]]``."""
+
+
+class Listed(Sequences):
+    """A fixed list of sequences, keyed by their index; the outputs land in ``tokens`` and ``when``."""
+
+    def __init__(self, prefixes, seeds, group, length, device, on_progress=None):
+        self.rows = [prefixes[i * group : (i + 1) * group] for i in range(len(seeds))]
+        self.seeds, self.next, self.on_progress = seeds, 0, on_progress
+        self.watching = on_progress is not None
+        self.tokens = torch.zeros(len(seeds), length, dtype=torch.int64, device=device)
+        self.when = torch.zeros(len(seeds), length, dtype=torch.int64, device=device)
+
+    def waiting(self) -> int:
+        return len(self.seeds) - self.next
+
+    def take(self, n: int) -> list[Admission]:
+        ids = range(self.next, min(self.next + n, len(self.seeds)))
+        self.next += len(ids)
+        if self.on_progress and ids:
+            self.on_progress(len(ids))
+        return [Admission(i, self.rows[i], self.seeds[i]) for i in ids]
+
+    def finish(self, keys, tokens, when, iterations) -> None:
+        self.tokens[keys], self.when[keys] = tokens, when
+
+    def watch(self, fl, keys, tokens) -> None:
+        self.on_progress(tokens)
+
+
+def model_prefixes(model, layout, prefixes: list[list[int]]) -> list[list[int]]:
+    """Prompt rows as ``model`` reads them (the layout's header appended), checked: a
+    :class:`ConfigError` for an empty row, an id outside the vocabulary or a row too long."""
+    prefixes = [list(p) + list(layout.header) for p in prefixes]
+    longest = max(len(p) for p in prefixes)
+    if longest + layout.length > model.max_seq_len:
+        raise ConfigError(
+            f"prompt of {longest} tokens plus {layout.length} image tokens exceeds the model's context of "
+            f"{model.max_seq_len}"
+        )
+    if min(len(p) for p in prefixes) < 1:
+        raise ConfigError("every prompt needs at least one token")
+    if any(t < 0 or t >= model.vocab_size for p in prefixes for t in p):
+        raise ConfigError(f"prompt token ids must lie in [0, {model.vocab_size})")
+    return prefixes
+
+
+def capacity(engine: Engine, longest: int) -> int:
+    """Cache slots per row for prompt rows of at most ``longest`` tokens (header included)."""
+    need = longest + engine.layout.length + engine.schedule.block_slack
+    return -(-need // CAPACITY_STEP) * CAPACITY_STEP
+
+
 def decode(
     engine: Engine,
     prefixes: list[list[int]],
@@ -34,54 +126,76 @@ def decode(
     """prefixes: one token list per model row (cond, uncond interleaved when guided); seeds: one
     per sequence. Returns (tokens [N, length], DecodeStats)."""
     with torch.inference_mode():
-        return _decode(engine, prefixes, seeds, batch_size, on_progress)
+        t_start = time.perf_counter()
+        group, total = engine.group, len(seeds)
+        if len(prefixes) != total * group:
+            raise ConfigError(f"expected {total * group} prefixes for {total} sequences, got {len(prefixes)}")
+        prefixes = model_prefixes(engine.model, engine.layout, prefixes)
+        slots = capacity(engine, max(len(p) for p in prefixes))
+        source = Listed(prefixes, seeds, group, engine.layout.length, engine.device, on_progress)
+        stats = DecodeStats.start(total)
+        capture_before = engine.capture_time
+        run(engine, source, batch_size, slots, stats, total)
+        stats.finish(nfe=engine.nfe, wall=time.perf_counter() - t_start, forward=engine.measured_forward_time)
+        stats.capture_time = engine.capture_time - capture_before
+        stats.when = source.when.cpu()
+        return source.tokens, stats
 
 
-def _decode(engine: Engine, prefixes, seeds, batch_size, on_progress):
-    t_start = time.perf_counter()
+def run(
+    engine: Engine,
+    source: Sequences,
+    batch_size: int | None,
+    slots: int,
+    stats: DecodeStats | None = None,
+    expected: int | None = None,
+) -> None:
+    """Decode what ``source`` gives until no row runs and nothing waits: at most ``batch_size`` rows
+    (None: as many as fit, planned for ``expected`` sequences), each with ``slots`` cache slots per
+    model row. ``stats`` (indexed by the order of admission) records every iteration when given."""
     model, layout, sched, dev = engine.model, engine.layout, engine.schedule, engine.device
-    group, total, length = engine.group, len(seeds), layout.length
-    if len(prefixes) != total * group:
-        raise ConfigError(f"expected {total * group} prefixes for {total} sequences, got {len(prefixes)}")
-    prefixes = [list(p) + list(layout.header) for p in prefixes]
-    longest = max(len(p) for p in prefixes)
-    if longest + length > model.max_seq_len:
-        raise ConfigError(
-            f"prompt of {longest} tokens plus {length} image tokens exceeds the model's context of {model.max_seq_len}"
-        )
-    if min(len(p) for p in prefixes) < 1:
-        raise ConfigError("every prompt needs at least one token")
-    if any(t < 0 or t >= model.vocab_size for p in prefixes for t in p):
-        raise ConfigError(f"prompt token ids must lie in [0, {model.vocab_size})")
-
-    capacity = -(-(longest + length + sched.block_slack) // CAPACITY_STEP) * CAPACITY_STEP
-    b = batch_that_fits(model, dev, total, batch_size, group, capacity, sched.slot_count, engine.parts.window)
-    cache = model.new_cache(b * group, capacity)
+    group, length, drafter = engine.group, layout.length, engine.parts.drafter
+    limit = batch_that_fits(
+        model, dev, expected or batch_size or 1, batch_size, group, slots, sched.slot_count, engine.parts.window
+    )
+    b = min(source.waiting(), limit)
+    if not b:
+        return
+    cache = model.new_cache(b * group, slots)
     fl = _empty_flight(b, group, sched.board_width, length, dev)
-    queue = torch.tensor(seeds, dtype=torch.int64, device=dev)
     vocab = model.vocab_size
     sched.start(b, vocab, cache)
-    engine.parts.drafter.start(b, sched.slot_count, vocab, dev)
+    drafter.start(b, sched.slot_count, vocab, dev)
     engine.nfe, engine.forward_time = 0, 0.0
-    capture_before = engine.capture_time
-    stats = DecodeStats.start(total)
-    out = torch.zeros(total, length, dtype=torch.int64, device=dev)
-    when = torch.zeros(total, length, dtype=torch.int64, device=dev)
-    admitted = 0
+    keys: list = []  # the source's key of each sequence, by order of admission (what fl.seq holds)
+
+    def select(rows: torch.Tensor) -> None:
+        """Keep batch rows ``rows`` (indices, in that order; a repeated row is a copy)."""
+        fl.select(rows, model_rows(rows, group))
+        sched.select(rows)
+        cache.select(model_rows(rows, group))
+        drafter.select(rows)
 
     def admit() -> None:
-        """Prefill the next waiting sequences into free rows."""
-        nonlocal admitted
-        free = (fl.seq < 0).nonzero().flatten()[: total - admitted]
-        if not free.numel():
+        """Prefill the next waiting sequences into free rows, adding rows (up to the limit) if more wait."""
+        free = (fl.seq < 0).nonzero().flatten()
+        rows_now = fl.seq.shape[0]
+        new = source.take(free.numel() + limit - rows_now)
+        if not new:
             return
-        ids = list(range(admitted, admitted + free.numel()))
-        first_admission = admitted == 0
-        admitted += free.numel()
+        if len(new) > free.numel():  # the batch grows: new rows start as copies of row 0, then are freed
+            extra = torch.zeros(len(new) - free.numel(), dtype=torch.int64, device=dev)
+            select(torch.cat([torch.arange(rows_now, device=dev), extra]))
+            fl.seq[rows_now:], fl.committed[rows_now:] = -1, length
+            free = torch.cat([free, torch.arange(rows_now, fl.seq.shape[0], device=dev)])
+        free = free[: len(new)]
+        ids = list(range(len(keys), len(keys) + len(new)))
+        keys.extend(a.key for a in new)
         mrows = model_rows(free, group)
-        pre = [prefixes[r] for i in ids for r in range(i * group, (i + 1) * group)]
-        target = cache if first_admission else model.new_cache(len(pre), cache.capacity)
-        row_seeds = queue[ids]
+        pre = [row for a in new for row in a.rows]
+        blank = ids[0] == 0 and len(pre) == cache.rows  # the first admission fills the whole new cache
+        target = cache if blank else model.new_cache(len(pre), cache.capacity)
+        row_seeds = torch.tensor([a.seed for a in new], dtype=torch.int64, device=dev)
         first = engine.prefill(pre, target, row_seeds)
         if target is not cache:
             cache.assign(mrows, target)
@@ -95,10 +209,20 @@ def _decode(engine: Engine, prefixes, seeds, batch_size, on_progress):
         fl.when[free, 0] = 0
         fl.live &= ~fresh
         sched.admit(fl, fresh, first, cache)
-        engine.parts.drafter.reset(fresh)
-        stats.admit(ids)
-        if on_progress:
-            on_progress(len(ids))
+        drafter.reset(fresh)
+        if stats:
+            stats.admit(ids)
+
+    def cancel() -> int:
+        """Free the rows of the sequences the source dropped; returns how many."""
+        gone = source.cancelled()
+        ids = [i for i, k in enumerate(keys) if k in gone] if gone else []
+        if not ids:
+            return 0
+        drop = torch.isin(fl.seq, torch.tensor(ids, device=dev))
+        fl.seq = torch.where(drop, -1, fl.seq)
+        fl.committed = torch.where(drop, length, fl.committed)
+        return int(drop.sum())
 
     admit()
     running = fl.committed < length
@@ -107,36 +231,33 @@ def _decode(engine: Engine, prefixes, seeds, batch_size, on_progress):
         fl.committed = fl.committed + step
         fl.live = running
         fl.when = torch.where(sched.settled(fl) & (fl.when < 0), fl.iteration[:, None], fl.when)
-        stats.record(fl.seq, step, running, *sched.tally)
+        if stats:
+            stats.record(fl.seq, step, running, *sched.tally)
         was, running = running, fl.committed < length
         done = was & ~running
-        if on_progress:  # the one host read of the iteration
+        if source.watching:  # the one host read of the iteration
             n_done, n_tokens = torch.stack([done.sum(), step.sum()]).tolist()
-            on_progress(n_tokens)
+            source.watch(fl, keys, n_tokens)
         else:
             n_done = int(done.sum())
         if n_done:
-            out[fl.seq[done]] = fl.board[done, :length]
-            when[fl.seq[done]] = fl.when[done]
+            rows = done.nonzero().flatten()
+            source.finish(
+                [keys[i] for i in fl.seq[rows].tolist()], fl.board[rows, :length], fl.when[rows], fl.iteration[rows]
+            )
             fl.seq = torch.where(done, -1, fl.seq)
-            if admitted < total:
+        freed = cancel()
+        if n_done or freed or (fl.seq.shape[0] < limit and source.waiting()):
+            if source.waiting():
                 admit()
-                running = fl.committed < length
+            running = fl.committed < length
             n_running = int(running.sum())
             if not n_running:
                 break
-            if admitted == total and 4 * (fl.seq.shape[0] - n_running) >= fl.seq.shape[0]:
-                rows = (fl.committed < length).nonzero().flatten()  # nothing waits: drop done rows
-                fl.select(rows, model_rows(rows, group))
-                sched.select(rows)
-                cache.select(model_rows(rows, group))
-                engine.parts.drafter.select(rows)
+            if not source.waiting() and (freed or 4 * (fl.seq.shape[0] - n_running) >= fl.seq.shape[0]):
+                rows = running.nonzero().flatten()  # nothing waits: drop done (and cancelled) rows
+                select(rows)
                 running = running[rows]
-
-    stats.finish(nfe=engine.nfe, wall=time.perf_counter() - t_start, forward=engine.measured_forward_time)
-    stats.capture_time = engine.capture_time - capture_before
-    stats.when = when.cpu()
-    return out, stats
 
 
 def _empty_flight(rows: int, group: int, width: int, length: int, device) -> Flight:

@@ -44,7 +44,7 @@ class Job:
     def finish(self) -> None:
         if not self._ended.is_set():
             self._ended.set()
-            data = [self.results[i] for i in range(len(self.images))]
+            data = [self.results.pop(i) for i in range(len(self.images))]  # the batch loop outlives the job
             self.post({"event": "completed", "data": {"created": int(time.time()), "data": data}})
 
     def fail(self, status: int, message: str) -> None:

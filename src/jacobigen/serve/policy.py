@@ -6,10 +6,17 @@ window; as the batch fills, every extra node a row evaluates delays the other ro
 narrows, down to plain ``ar`` (one token per forward) when the batch is full. The rungs are
 (method, window) pairs, widest first; the load is the images in flight plus those waiting, as a
 share of the batch's rows.
+
+Whether a wide forward is nearly free depends on the machine: on an accelerator it is, on a small CPU
+it is not (the embedded model on 2 cores makes an image faster with ``ar`` than with window 32, see
+benchmarks/serve/bench.md). :meth:`WindowPolicy.calibrated` keeps only the rungs that make one image
+faster than every narrower rung, from the machine's calibration (:func:`measured_seconds`).
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..core.sampling import SamplingConfig
@@ -37,9 +44,36 @@ class WindowPolicy:
         return Group(method, window, sampling)
 
     def fits(self, running: Group, load: int, sampling: SamplingConfig) -> bool:
-        """Whether a request the policy decides may join ``running`` at this load: it is a rung within
-        one of the load's (a little hysteresis, so that a load that hovers at a bound does not drain
-        the batch at every arrival)."""
-        here = self.rung(load)
-        near = {self.rungs[i] for i in (here - 1, here, here + 1) if 0 <= i < len(self.rungs)}
+        """Whether a request the policy decides may join ``running`` at this load: it is the rung of a
+        load within ``max_batch / 8`` images (at least one) of this one (a little hysteresis, so that a
+        load that hovers at a bound does not drain the batch at every arrival)."""
+        slack = max(1, self.max_batch // 8)
+        near = {self.rungs[self.rung(max(1, n))] for n in range(load - slack, load + slack + 1)}
         return running.sampling == sampling and (running.method, running.window) in near
+
+    def calibrated(self, seconds: Callable[[str, int], float]) -> WindowPolicy:
+        """The rungs that earn their place: a rung stays when one image alone takes less time with it
+        (``seconds(method, window)``) than with every narrower rung kept; the narrowest always stays."""
+        kept: list[int] = []
+        best = math.inf
+        for i in reversed(range(len(self.rungs))):
+            took = seconds(*self.rungs[i])
+            if took < best:
+                kept.append(i)
+                best = took
+        kept.reverse()
+        return WindowPolicy(
+            self.max_batch, tuple(self.rungs[i] for i in kept), tuple(self.bounds[i] for i in kept[:-1])
+        )
+
+
+def measured_seconds(bundle) -> Callable[[str, int], float]:
+    """``seconds(method, window)``: one image's predicted seconds on this machine, from the calibration
+    ``--method auto`` keeps (:func:`jacobigen.tools.auto.choose`: measured once per model, device,
+    threads and sampling, then read from the cache)."""
+    from ..tools.auto import cache_file, choose
+
+    predicted: dict[str, float] = {}
+    for method in dict.fromkeys(m for m, _ in RUNGS if m != "ar"):
+        predicted.update(choose(bundle, method, None, cache_file()).predicted)
+    return lambda method, window: predicted[f"{method}@{window}"]

@@ -47,15 +47,15 @@ class Closed(Exception):
 
 
 class Scheduler:
-    def __init__(self, bundle, max_batch: int, max_queue: int, timeout: float, metrics: Metrics):
-        self.bundle, self.max_batch, self.max_queue, self.timeout = bundle, max_batch, max_queue, timeout
-        self.metrics, self.policy = metrics, WindowPolicy(max_batch)
+    def __init__(self, bundle, max_queue: int, timeout: float, metrics: Metrics, policy: WindowPolicy):
+        self.bundle, self.max_queue, self.timeout = bundle, max_queue, timeout
+        self.metrics, self.policy, self.max_batch = metrics, policy, policy.max_batch
         self.cond = threading.Condition()
         self.waiting: deque[Job] = deque()
         self.running: set[Image] = set()
         self.group: Group | None = None  # the group decoding now
         self.closing = self.stopped = False
-        self.seconds_per_image = 2.0  # a running estimate, for Retry-After
+        self.latency = 2.0  # seconds, a running mean of image latency: Retry-After's estimate
         self.thread = threading.Thread(target=self._serve, name="jacobigen-decode", daemon=True)
 
     # --- the web layer's side -----------------------------------------------------------------
@@ -69,9 +69,9 @@ class Scheduler:
         with self.cond:
             if self.closing:
                 raise Closed("the server is shutting down")
-            queued = self._queued()
+            queued = self.queued()
             if queued + len(job.images) > self.max_queue:
-                raise QueueFull(max(1, round(self.seconds_per_image * (queued + 1) / self.max_batch)))
+                raise QueueFull(max(1, round(self.latency * (queued + 1) / self.max_batch)))
             self.waiting.append(job)
             self.metrics.batch(queued + len(job.images), len(self.running))
             self.cond.notify()
@@ -94,24 +94,29 @@ class Scheduler:
     def start(self) -> None:
         self.thread.start()
 
-    def close(self, grace: float) -> None:
+    def drain(self, grace: float) -> None:
         """Refuse new requests; what is queued or decoding has ``grace`` seconds to finish, then gets a
-        503. Returns once the decode thread has stopped."""
+        503, and the decode thread stops (SIGTERM)."""
         with self.cond:
-            self.closing = True
+            self.closing = self.stopped = True
             end = time.monotonic() + grace
             for job in [*self.waiting, *(i.job for i in self.running)]:
                 job.deadline = min(job.deadline, end)
-            self.stopped = True
             self.cond.notify()
+
+    def close(self, grace: float) -> None:
+        """:meth:`drain`, then wait for the decode thread."""
+        self.drain(grace)
         self.thread.join(grace + 30)
 
     def load(self) -> int:
         """Images in flight and waiting."""
-        return len(self.running) + self._queued()
+        return len(self.running) + self.queued()
 
-    def _queued(self) -> int:
-        return sum(len(j.images) - j.admitted for j in self.waiting)
+    def queued(self) -> int:
+        """Images waiting to join the batch (any thread: the lock is reentrant)."""
+        with self.cond:
+            return sum(len(j.images) - j.admitted for j in self.waiting)
 
     # --- the decode thread ----------------------------------------------------------------------
 
@@ -126,7 +131,9 @@ class Scheduler:
                 if not self.waiting:
                     return
                 head = self.waiting[0]
-                self.group = head.group or self.policy.group(self.load(), head.request.sampling)
+                if head.group is None:
+                    head.group = self.policy.group(self.load(), head.request.sampling)
+                self.group = head.group
             try:
                 self._run(self.group)
             except Exception as e:  # a fault of the model or the decoder: fail its requests, keep serving
@@ -136,7 +143,7 @@ class Scheduler:
                     self.running.clear()
             with self.cond:
                 self.group = None
-                self.metrics.batch(self._queued(), 0)
+                self.metrics.batch(self.queued(), 0)
 
     def _run(self, group: Group) -> None:
         parts = get_method(group.method).build(group.window)
@@ -197,20 +204,21 @@ class Live(Sequences):
                     out.append(Admission(img, img.rows, img.seed))
                 if job.admitted == len(job.images):
                     self.s.waiting.remove(job)
-            self.s.metrics.batch(self.s._queued(), len(self.s.running))
+            self.s.metrics.batch(self.s.queued(), len(self.s.running))
         return out
 
     def finish(self, keys, tokens, when, iterations) -> None:
-        pics = [pictures(self.s.bundle, t[None])[0] for t in tokens]  # one at a time, as `generate` of one image
         now, length = time.monotonic(), self.layout.length
-        for img, pic, w, its in zip(keys, pics, when, iterations.tolist(), strict=True):
+        for img, t, w, its in zip(keys, tokens, when, iterations.tolist(), strict=True):
             job = img.job
             with self.s.cond:
                 self.s.running.discard(img)
+            if job.ended:  # cancelled while its last step ran
+                continue
             forwards = 1 + its  # the prefill, then one per iteration
             compression = step_compression(length, forwards)
             job.results[img.index] = {
-                "b64_json": png_b64(pic),
+                "b64_json": png_b64(pictures(self.s.bundle, t[None])[0]),  # alone, as `generate` decodes one image
                 "seed": img.seed,
                 "method": self.group.method,
                 "window": self.group.window,
@@ -218,10 +226,12 @@ class Live(Sequences):
                 "acceptance": self.layout.grid(w[None])[0].tolist(),
             }
             self.s.metrics.compression.observe(compression)
-            self.s.seconds_per_image = 0.9 * self.s.seconds_per_image + 0.1 * (now - job.submitted)
-            if len(job.results) == len(job.images) and not job.ended:
+            self.s.latency = 0.9 * self.s.latency + 0.1 * (now - job.submitted)
+            if len(job.results) == len(job.images):
                 self.s.metrics.latency.observe(now - job.submitted)
                 job.finish()
+        with self.s.cond:
+            self.s.metrics.batch(self.s.queued(), len(self.s.running))
 
     def cancelled(self) -> set:
         now = time.monotonic()
@@ -231,6 +241,8 @@ class Live(Sequences):
             for img in gone:
                 self.s.running.discard(img)
                 self.s._timed_out(img.job)  # no-op for a job already ended
+            if gone:
+                self.s.metrics.batch(self.s.queued(), len(self.s.running))
             return gone
 
     def watch(self, fl, keys, tokens) -> None:

@@ -1,0 +1,75 @@
+"""``jacobigen serve``: the click command. Importing it is cheap: FastAPI, uvicorn and Ray load
+inside the command, and a missing ``serve`` extra is a one-line error (exit 2), not a traceback."""
+
+from __future__ import annotations
+
+import importlib
+import ipaddress
+import sys
+
+import click
+
+DEFAULT_PORT = 8000
+
+
+def loopback(host: str) -> bool:
+    """Whether ``host`` only listens on this machine."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _need(modules: list[str], install: str) -> None:
+    """Exit 2 with the pip line to run when one of ``modules`` is missing."""
+    for name in modules:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            click.echo(f"error: jacobigen serve needs {name}: pip install {install}", err=True)
+            sys.exit(2)
+
+
+@click.command("serve")
+@click.option("--model", "model_spec", default="default", show_default=True, help="Model to serve (as for generate).")
+@click.option(
+    "--host", default="127.0.0.1", show_default=True, help="Address to bind; another than loopback needs --api-key."
+)
+@click.option("--port", default=DEFAULT_PORT, show_default=True, type=click.IntRange(0, 65535))
+@click.option("--max-batch", default=8, show_default=True, type=click.IntRange(1, 256), help="Images decoded together.")
+@click.option(
+    "--max-queue", default=64, show_default=True, type=click.IntRange(1), help="Images waiting; more get 429."
+)
+@click.option("--timeout", default=120.0, show_default=True, type=click.FloatRange(min=1), help="Seconds per request.")
+@click.option("--api-key", default=None, envvar="JACOBIGEN_API_KEY", help="Require 'Authorization: Bearer KEY'.")
+@click.option(
+    "--calibrate/--no-calibrate",
+    default=True,
+    show_default=True,
+    help="Keep the window policy's rungs that pay on this machine, from the calibration `generate --method auto` "
+    "keeps (measured once per model and machine, then cached).",
+)
+@click.option("--ray", "use_ray", is_flag=True, help="Deploy with Ray Serve on a local cluster.")
+@click.option("--replicas", default=None, type=click.IntRange(1, 64), help="Ray Serve replicas (with --ray).")
+def serve(model_spec, host, port, max_batch, max_queue, timeout, api_key, calibrate, use_ray, replicas):
+    """Serve images over HTTP: an OpenAI-style POST /v1/images/generations with continuous batching,
+    progress as server-sent events, /metrics, and a page at / (docs/serving.md)."""
+    if not loopback(host) and not api_key:
+        raise click.UsageError(f"--host {host} is reachable from other machines: give --api-key (or bind 127.0.0.1)")
+    if replicas is not None and not use_ray:
+        raise click.UsageError("--replicas needs --ray")
+    _need(["fastapi", "uvicorn", "prometheus_client"], "'jacobigen[serve]'")
+    from .app import Settings
+
+    settings = Settings(max_batch=max_batch, max_queue=max_queue, timeout=timeout, api_key=api_key, calibrate=calibrate)
+    if use_ray:
+        _need(["ray.serve"], "'ray[serve]'")
+        from .replicas import deploy
+
+        deploy(model_spec, settings, host, port, replicas or 1)
+        return
+    from .server import run_server
+
+    run_server(model_spec, settings, host, port)
