@@ -139,7 +139,18 @@ def test_threads_above_the_cores_warn(tmp_path):
     cores = len(os.sched_getaffinity(0))
     res = CliRunner().invoke(
         main,
-        ["generate", "heart", "--model", "random", "--threads", str(cores + 1), "--out", str(tmp_path / "a.png")],
+        [
+            "generate",
+            "heart",
+            "--model",
+            "random",
+            "--method",
+            "ar",
+            "--threads",
+            str(cores + 1),
+            "--out",
+            str(tmp_path / "a.png"),
+        ],
     )
     assert res.exit_code == 0 and f"is more than the {cores} core(s) here" in res.output
 
