@@ -130,6 +130,14 @@ def test_a_window_the_method_never_reads_is_refused(tmp_path):
     assert res.exit_code == 0 and "window 1" in res.output, res.output
 
 
+def test_method_options_need_a_named_window():
+    """--window auto calibrates without -o options, so they are refused rather than calibrated past."""
+    res = CliRunner().invoke(
+        main, ["generate", "heart", "--model", "random", "--method", "sjd-pac", "-o", "tree_budget=full"]
+    )
+    assert res.exit_code == 2 and "--window auto calibrates sjd-pac without method options" in res.output
+
+
 def test_an_empty_prompt_warns(tmp_path):
     res = CliRunner().invoke(main, ["generate", " ", "--model", "random", "--out", str(tmp_path / "a.png")])
     assert res.exit_code == 0 and "warning: prompt ' ': the random model conditions on no text" in res.output

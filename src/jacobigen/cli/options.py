@@ -70,11 +70,18 @@ class Decoding:
         from ..decode.methods import get_method
 
         if self.method == "auto" or self.window is None:
-            from ..tools.auto import candidates
+            from ..tools.auto import WINDOWS, candidates
 
             candidates(self.method, self.window)  # refuses a method that builds at no window
             if self.method == "auto":
                 return self.check_options()
+            if self.options:  # a named method, its window auto
+                get_method(self.method).build(max(WINDOWS), **self.options)  # an unknown option: its part's error
+                raise click.BadParameter(
+                    f"-o {', '.join(self.options)}: --window auto calibrates {self.method} without method options; "
+                    "name the window",
+                    param_hint="--option",
+                )
         spec = get_method(self.method)
         if spec.window is not None and self.window_given and self.window != spec.window:
             raise click.BadParameter(
