@@ -71,9 +71,9 @@ def measured_seconds(bundle) -> Callable[[str, int], float]:
     """``seconds(method, window)``: one image's predicted seconds on this machine, from the calibration
     ``--method auto`` keeps (:func:`jacobigen.tools.auto.choose`: measured once per model, device,
     threads and sampling, then read from the cache)."""
-    from ..tools.auto import cache_file, choose
+    from ..tools.auto import cache_file, choose, label
 
     predicted: dict[str, float] = {}
     for method in dict.fromkeys(m for m, _ in RUNGS if m != "ar"):
         predicted.update(choose(bundle, method, None, cache_file()).predicted)
-    return lambda method, window: predicted[f"{method}@{window}"]
+    return lambda method, window: predicted[label(method, window)]

@@ -51,6 +51,11 @@ def unbuildable(variant, window: int) -> str | None:
     return None
 
 
+def label(method: str, window: int) -> str:
+    """A candidate's key in the cache and in ``Choice.predicted``."""
+    return f"{method}@{window}"
+
+
 def candidates(method: str = "auto", window: int | None = None) -> list[tuple[str, int]]:
     """(method, window) pairs to weigh: ``method`` "auto" weighs ``METHODS`` and ``ar``, a method
     of its own weighs only itself; ``window`` None weighs ``WINDOWS``, a number only that window."""
@@ -160,24 +165,23 @@ def choose(
     if not bundle.example_prompts:
         raise ConfigError(f"the {bundle.name} model has no example prompt to calibrate on: give --method and --window")
     sampling = {k: v for k, v in {**bundle.defaults, **sampling}.items() if v is not None}
-    pairs = candidates(method, window)
-    if ("ar", 1) not in pairs:
-        pairs.append(("ar", 1))  # the speedup is against it
+    chosen = candidates(method, window)
+    pairs = list(dict.fromkeys([*chosen, ("ar", 1)]))  # the speedup is against ar
     key = machine_key(bundle, sampling)
     store = _load(cache) if cache else {}
     record = store.get(key, {})
     pilots = {k: Pilot(**v) for k, v in record.get("pilots", {}).items()}
-    todo = [(m, w) for m, w in pairs if f"{m}@{w}" not in pilots]
+    todo = [(m, w) for m, w in pairs if label(m, w) not in pilots]
     if todo:
         bundle.generate(bundle.example_prompts[:1], method="ar", seed=[0], **sampling)  # warm-up: not timed
         for m, w in tqdm(todo, disable=not progress, desc="calibrating (once for this model and machine)"):
-            pilots[f"{m}@{w}"] = _pilot(bundle, m, w, sampling)
-    sizes = sorted({1, *(p.block for p in pilots.values())})
+            pilots[label(m, w)] = _pilot(bundle, m, w, sampling)
     curve = {int(k): v for k, v in record.get("curve", {}).items()}
-    if set(sizes) - set(curve):
+    missing = sorted({1, *(p.block for p in pilots.values())} - set(curve))
+    if missing:
         guided = sampling.get("cfg", 1.0) != 1.0
-        curve.update(forward_cost_curve(bundle.model, [s for s in sizes if s not in curve], rows=2 if guided else 1))
-    if cache and (todo or set(curve) != {int(k) for k in record.get("curve", {})}):
+        curve.update(forward_cost_curve(bundle.model, missing, rows=2 if guided else 1))
+    if cache and (todo or missing):
         store[key] = {
             "measured": time.strftime("%Y-%m-%d %H:%M:%S"),
             "curve": curve,
@@ -188,10 +192,9 @@ def choose(
             atomic_write(cache, json.dumps(store, indent=1).encode(), "the calibration cache")
         except (OSError, OutputError) as e:  # a read-only home: the choice stands, the next run measures again
             warnings.warn(f"calibration not kept: {e}", stacklevel=2)
-    predicted = {
-        f"{m}@{w}": pilots[f"{m}@{w}"].nfe
-        * (interpolate(curve, pilots[f"{m}@{w}"].block) + pilots[f"{m}@{w}"].bookkeeping)
-        for m, w in pairs
-    }
-    best = min(candidates(method, window), key=lambda mw: predicted[f"{mw[0]}@{mw[1]}"])
-    return Choice(best[0], best[1], predicted[f"{best[0]}@{best[1]}"], predicted["ar@1"], predicted, bool(todo))
+    predicted = {}
+    for m, w in pairs:
+        p = pilots[label(m, w)]
+        predicted[label(m, w)] = p.nfe * (interpolate(curve, p.block) + p.bookkeeping)
+    best = min(chosen, key=lambda mw: predicted[label(*mw)])
+    return Choice(*best, predicted[label(*best)], predicted[label("ar", 1)], predicted, bool(todo))
