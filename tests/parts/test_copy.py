@@ -22,8 +22,8 @@ def test_the_source_is_one_row_back_in_an_image_and_one_frame_back_in_a_clip():
 def test_earlier_reads_only_committed_tokens():
     board = torch.arange(20).reshape(2, 10)
     positions = torch.tensor([[3, 4, 5, 6], [3, 4, 5, 6]])
-    settled = torch.arange(10) < torch.tensor([[5], [2]])
-    got = earlier(board, settled, positions, 2)
+    committed = torch.tensor([[5], [2]])
+    got = earlier(board, positions, 2, lambda at: at < committed)
     assert got.tolist() == [[1, 2, 3, 4], [11, -1, -1, -1]]  # the second row has 2 tokens committed
 
 

@@ -106,7 +106,7 @@ class Chain:
         belief = torch.where(has_p[..., None], gather_rows(self.p, j.clamp(max=w)), self.targets.prior(positions))
         jo = j.clamp(max=w - 1)
         support = None if self.support is None else gather_rows(self.support, j.clamp(max=w))
-        previous = earlier(fl.board, self.positions < n[:, None], positions, self.repeat)
+        previous = earlier(fl.board, positions, self.repeat, lambda at: at < n[:, None])
         return Slots(
             positions,
             belief,

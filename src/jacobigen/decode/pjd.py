@@ -294,7 +294,11 @@ class Rows:
         old_tokens = mem.tokens[sb, rel_c[..., None], jo]
         old_q = mem.q[sb, rel_c[..., None], jo]
         self.inside = inside
-        previous = earlier(fl.board, self.settled(fl), pos.flatten(1), self.layout.repeat_offset)
+        settled = self.settled(fl)
+        last = settled.shape[1] - 1  # the board's one more column is scratch
+        previous = earlier(
+            fl.board, pos.flatten(1), self.layout.repeat_offset, lambda at: settled.gather(1, at.clamp(max=last))
+        )
         return Slots(
             pos.flatten(1),
             belief.flatten(1, 2),

@@ -9,6 +9,7 @@ lossless (docs/DESIGN.md §2).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import torch
@@ -37,12 +38,15 @@ class Slots:
     previous: torch.Tensor | None = None
 
 
-def earlier(board: torch.Tensor, settled: torch.Tensor, positions: torch.Tensor, offset: int) -> torch.Tensor:
-    """The committed token ``offset`` positions before each slot [B, W] of ``board`` [B, L], -1
-    where that position is not committed (``settled`` [B, L] says which are) or lies before the start."""
+def earlier(
+    board: torch.Tensor, positions: torch.Tensor, offset: int, settled: Callable[[torch.Tensor], torch.Tensor]
+) -> torch.Tensor:
+    """The committed token ``offset`` positions before each slot [B, W] of ``board`` [B, L], -1 where
+    that position lies before the start or is not committed (``settled(at)``: which board positions
+    ``at`` [B, W] are; the schedule knows, from its counts)."""
     src = positions - offset
-    at = src.clamp(0, settled.shape[1] - 1)  # slots past the end (slack) have no source either
-    return torch.where((src >= 0) & (src == at) & settled.gather(1, at), board.gather(1, at), -1)
+    at = src.clamp(0, board.shape[1] - 1)
+    return torch.where((src >= 0) & (src == at) & settled(at), board.gather(1, at), -1)
 
 
 class Drafter:
