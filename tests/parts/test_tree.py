@@ -72,6 +72,25 @@ def test_the_automatic_bar_falls_with_the_window():
     assert ProactiveTree(min_gain=0.3).gain_bar(64) == 0.3
 
 
+def test_two_iteration_reach_counts_a_draft_seen_again_one_iteration_later():
+    """Against enumeration: depth j is accepted now when L1 >= j, else next iteration when the
+    draft is still ahead (j - L1 - 1 >= 1) and L2 reaches it; L1, L2 independent with P(L >= a) = reach."""
+    from jacobigen.parts.tree import two_iteration_reach
+
+    gen = torch.Generator().manual_seed(0)
+    reach = torch.rand(3, 6, generator=gen).sort(1, descending=True).values
+    reach[0, 3:] = 0  # a row that never accepts past depth 3
+    got = two_iteration_reach(reach)
+    for row in range(3):
+        r = [1.0, *reach[row].tolist(), 0.0]
+        pmf = {a: r[a] - r[a + 1] for a in range(7)}
+        for j in range(1, 7):
+            reached = [(a, b) for a in pmf for b in pmf if a >= j or (j - a - 1 >= 1 and b >= j - a - 1)]
+            want = sum(pmf[a] * pmf[b] for a, b in reached)
+            assert got[row, j - 1].item() == pytest.approx(want, abs=1e-6)
+    assert (got >= reach - 1e-7).all()
+
+
 @pytest.mark.parametrize("min_gain", [None, 0.5])
 def test_the_cheap_bound_only_skips_trees_the_budget_would_refuse(model, monkeypatch, min_gain):
     """Drawing candidates for every iteration (no bound) gives the same tokens: the bound skipped
