@@ -206,20 +206,22 @@ def test_vp_mutant_rejected_where_fusion_moves_q(sharp):
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    "method,options",
+    "method,window,options",
     [
-        ("copy", {}),
-        ("scd-gs+copy", {}),
-        ("scd-mc+pac+copy", SMALL_TREE),
-        ("scd-mc+copy", {"copy_min_p": 0.3}),
-        ("pjd+scd-mc+copy", {"pjd_context": 3}),  # PJD's rows at c = C (exact), the row above as source
+        ("copy", 3, {}),  # slots entering a 3-token window often find the row above committed
+        ("scd-gs+copy", 3, {}),
+        ("copy", 6, {"copy_min_p": 0}),  # into every slot with a source
+        ("scd-mc+pac+copy", 6, {**SMALL_TREE, "copy_min_p": 0}),
+        ("scd-mc+copy", 6, {"copy_min_p": 0.3}),
+        ("pjd+scd-mc+copy", 6, {"pjd_context": 3, "copy_min_p": 0}),  # PJD's rows at c = C (exact)
     ],
 )
-def test_frame_copy_is_exact(model, exact, method, options):
+def test_frame_copy_is_exact(model, exact, method, window, options):
     """The copy drafter's point mass (the row above on this 2-row layout) is its exact q."""
-    assert pvalue(model, exact, get_method(method).build(6, **options), True, "cfg-topp") > PASS
+    assert pvalue(model, exact, get_method(method).build(window, **options), True, "cfg-topp") > PASS
 
 
 @pytest.mark.slow
-def test_frame_copy_mutant_is_rejected(model, exact):
-    assert pvalue(model, exact, Parts(CopyWithBaseQ(Independent()), Verifier(), 6)) < FAIL
+@pytest.mark.parametrize("window,min_p", [(3, None), (6, 0)])
+def test_frame_copy_mutant_is_rejected(model, exact, window, min_p):
+    assert pvalue(model, exact, Parts(CopyWithBaseQ(Independent(), min_p), Verifier(), window)) < FAIL

@@ -33,13 +33,16 @@ def _slots(previous, belief, has_belief):
     return Slots(zeros + 7, belief, has_belief, zeros, belief, has_belief, None, previous)
 
 
-def test_a_source_is_drafted_as_a_point_mass_and_the_rest_by_the_base():
-    belief = torch.full((1, 3, 4), 0.25)
-    slots = _slots(torch.tensor([[2, -1, 0]]), belief, torch.tensor([[True, True, False]]))
+def test_a_source_is_drafted_as_a_point_mass_where_the_slot_has_no_belief_yet():
+    belief = torch.full((1, 4, 4), 0.25)
+    slots = _slots(torch.tensor([[2, -1, 0, 3]]), belief, torch.tensor([[True, True, False, False]]))
     tokens, q = Copy(Independent()).draft(slots, Draws(torch.tensor([0]), torch.tensor([0])))
-    assert tokens[0, 0] == 2 and tokens[0, 2] == 0
-    assert q[0, 0].tolist() == [0, 0, 1, 0] and q[0, 2].tolist() == [1, 0, 0, 0]
+    assert tokens[0, 2] == 0 and tokens[0, 3] == 3
+    assert q[0, 2].tolist() == [1, 0, 0, 0] and q[0, 3].tolist() == [0, 0, 0, 1]
+    assert torch.equal(q[0, 0], belief[0, 0])  # a belief: the base's coupled draft, not the copy
     assert torch.equal(q[0, 1], belief[0, 1])  # no source: the base's draw from the belief
+    tokens, q = Copy(Independent(), min_p=0).draft(slots, Draws(torch.tensor([0]), torch.tensor([0])))
+    assert tokens[0, 0] == 2 and q[0, 0].tolist() == [0, 0, 1, 0]  # min_p 0: wherever there is a source
 
 
 def test_min_p_keeps_the_base_where_the_belief_doubts_the_source():
