@@ -1,13 +1,21 @@
-"""Short animated-emoji clips from the emoji images, for the embedded video model (issue 16).
+"""Short animated-emoji clips from the emoji images, for the embedded video model (issues 16, 42).
 
-Each clip moves one emoji with one or two motions composed (geometric ones add into a single affine
-pose per frame, a colour fade is applied after): a pan, a zoom, a spin, a bounce, a fade in or out,
-or a tint. Every choice comes from a generator seeded by (seed, image, clip), so a rerun writes the
-same bytes. Writes, under --out:
+Two styles. `moving` (issue 16, the first shipped model's data) moves one emoji with one or two
+motions composed (geometric ones add into a single affine pose per frame, a colour change is applied
+after): a pan, a zoom, a spin, a bounce, a fade in or out, or a tint; nearly every code changes
+every frame. `still` (issue 42, the default) behaves like real video: the emoji stands on a fixed
+background, often smaller than the frame, and between frames it holds still, drifts by a pixel or
+two, turns by a few degrees, or changes one region (a blink, a flash of colour), so most codes carry
+over from one frame to the next. Every choice comes from a generator seeded by (seed, image, clip),
+so a rerun writes the same bytes. Writes, under --out:
 
   clips.npy     uint8 [M, F, 64, 64, 3]
-  clips.json    {"frames": F, "seed": S, "clips": [{"image": i, "caption": "red heart bouncing", "motions": [...]}]}
+  clips.json    {"frames": F, "seed": S, "style": ..., "clips": [{"image": i, "caption": "red heart
+                drifting left", "motions": [...]}], "unchanged_share": x (with --tokenize)}
   tokens.npy    int16 [M, F, 16, 16], with --tokenize: each frame encoded by the shipped emoji VQ
+
+unchanged_share is the fraction of codes equal to the code of the same cell one frame earlier, over
+all clips and frame pairs: what a frame-copy drafter can hope to copy.
 
 The image index lets the training split follow data/split.json (held-out emoji stay held out).
 
@@ -51,6 +59,7 @@ class Motion:
     words: str
     pose: Callable[[float], Pose] = lambda t: Pose()
     colour: Callable[[Image.Image, float], Image.Image] | None = None
+    paint: Callable[[Image.Image, float], Image.Image] | None = None  # on the emoji, before it is posed
 
 
 def pan(rng) -> Motion:
@@ -113,6 +122,95 @@ def choose(rng, compose: float) -> list[Motion]:
     return motions
 
 
+# The `still` style: what real video does between two frames (a code covers 4x4 pixels).
+
+
+def hold(rng) -> Motion:
+    return Motion("standing still")
+
+
+def drift(rng) -> Motion:
+    direction = rng.choice(["left", "right", "up", "down"])
+    reach = rng.uniform(2, 6)  # pixels over the whole clip: sub-code steps
+    ux, uy = {"left": (-1, 0), "right": (1, 0), "up": (0, -1), "down": (0, 1)}[direction]
+    return Motion(f"drifting {direction}", lambda t: Pose(ux * reach * t, uy * reach * t))
+
+
+def turn(rng) -> Motion:
+    clockwise = bool(rng.integers(2))
+    angle = rng.uniform(6, 20) * (-1 if clockwise else 1)
+    return Motion(f"turning slowly {'clockwise' if clockwise else 'counterclockwise'}", lambda t: Pose(angle=angle * t))
+
+
+def breathe(rng) -> Motion:
+    grow = bool(rng.integers(2))
+    end = 1 + rng.uniform(0.05, 0.12) * (1 if grow else -1)
+    return Motion("growing slightly" if grow else "shrinking slightly", lambda t: Pose(scale=end**t))
+
+
+def region_change(rng, words: str, colour: tuple[int, int, int], strength: float) -> Motion:
+    """One box on the emoji's ink takes ``colour`` for a stretch of the clip, then returns."""
+    w, h = (int(v) for v in rng.integers(10, 21, size=2))
+    fx, fy = rng.uniform(0.2, 0.8, size=2)  # the box's centre, as a fraction of the ink's bounding box
+    start = rng.uniform(0, 0.7)
+    stop = start + rng.uniform(0.15, 0.45)
+
+    def paint(img: Image.Image, t: float) -> Image.Image:
+        ink = np.asarray(img).min(-1) < 245
+        if not start <= t <= stop or not ink.any():
+            return img
+        ys, xs = np.nonzero(ink)
+        cx = int(xs.min() + fx * (xs.max() - xs.min()))
+        cy = int(ys.min() + fy * (ys.max() - ys.min()))
+        box = (max(cx - w // 2, 0), max(cy - h // 2, 0), min(cx + w // 2, img.width), min(cy + h // 2, img.height))
+        part = img.crop(box)
+        mask = Image.fromarray(ink[box[1] : box[3], box[0] : box[2]].astype(np.uint8) * 255)
+        changed = Image.blend(part, Image.new("RGB", part.size, colour), strength)
+        out = img.copy()
+        out.paste(Image.composite(changed, part, mask), box)
+        return out
+
+    return Motion(words, paint=paint)
+
+
+def blink(rng) -> Motion:
+    return region_change(rng, "blinking", (20, 20, 20), 0.8)
+
+
+def flash(rng) -> Motion:
+    name = str(rng.choice(sorted(TINTS)))
+    return region_change(rng, f"flashing {name}", TINTS[name], 0.7)
+
+
+STILL_GEOMETRIC = [hold, drift, drift, turn, breathe]
+LOCAL = [blink, flash]
+
+
+def choose_still(rng, compose: float) -> list[Motion]:
+    """A gentle motion or one local change; with probability ``compose`` a local change on a motion."""
+    kinds = STILL_GEOMETRIC + LOCAL
+    first = kinds[int(rng.integers(len(kinds)))]
+    motions = [first(rng)]
+    if first in STILL_GEOMETRIC and first is not hold and rng.random() < compose:
+        motions.append(LOCAL[int(rng.integers(len(LOCAL)))](rng))
+    return motions
+
+
+def placement(rng) -> Pose:
+    """Where the emoji stands for the whole clip: half the clips full size, the rest smaller and off centre."""
+    if rng.random() < 0.5:
+        return Pose()
+    scale = rng.uniform(0.55, 0.85)
+    room = (1 - scale) * 32 * 0.8
+    return Pose(rng.uniform(-room, room), rng.uniform(-room, room), scale)
+
+
+def fits_and_starts(rng, frames: int, move: float) -> list[float]:
+    """Motion times for each frame: each step moves on with probability ``move`` and holds otherwise."""
+    steps = np.concatenate([[0], np.cumsum(rng.random(frames - 1) < move)])
+    return (steps / max(steps[-1], 1)).tolist()
+
+
 def render(img: Image.Image, pose: Pose) -> Image.Image:
     """The image moved by ``pose`` about its centre, on white (Pillow's affine takes the inverse map)."""
     w, h = img.size
@@ -124,14 +222,21 @@ def render(img: Image.Image, pose: Pose) -> Image.Image:
     return img.transform(img.size, Image.AFFINE, matrix, resample=Image.BICUBIC, fillcolor=WHITE)
 
 
-def make_clip(image: np.ndarray, motions: list[Motion], frames: int) -> np.ndarray:
-    """uint8 [frames, H, W, 3]: the motions sampled at evenly spaced times in [0, 1]."""
+def make_clip(
+    image: np.ndarray, motions: list[Motion], frames: int, place: Pose = Pose(), times: list[float] | None = None
+) -> np.ndarray:
+    """uint8 [frames, H, W, 3]: the motions sampled at evenly spaced times in [0, 1] (poses at
+    ``times`` when given), the emoji standing at ``place``."""
     img = Image.fromarray(image)
     out = []
     for f in range(frames):
         t = f / max(frames - 1, 1)
-        pose = sum((m.pose(t) for m in motions), Pose())
-        frame = render(img, pose)
+        drawn = img
+        for m in motions:
+            if m.paint is not None:
+                drawn = m.paint(drawn, t)
+        moved = t if times is None else times[f]
+        frame = render(drawn, sum((m.pose(moved) for m in motions), place))
         for m in motions:
             if m.colour is not None:
                 frame = m.colour(frame, t)
@@ -140,18 +245,35 @@ def make_clip(image: np.ndarray, motions: list[Motion], frames: int) -> np.ndarr
 
 
 def make_clips(
-    images: np.ndarray, captions: list[str], frames: int, per_image: int, seed: int, compose: float = 0.3
+    images: np.ndarray,
+    captions: list[str],
+    frames: int,
+    per_image: int,
+    seed: int,
+    compose: float = 0.3,
+    style: str = "still",
+    move: float = 0.6,
 ) -> tuple[np.ndarray, list[dict]]:
     """Clips [M, F, H, W, 3] and their records, ``per_image`` clips per image, deterministic in ``seed``."""
     clips, records = [], []
     for i, image in enumerate(images):
         for j in range(per_image):
             rng = np.random.default_rng([seed, i, j])
-            motions = choose(rng, compose)
-            clips.append(make_clip(image, motions, frames))
+            if style == "moving":
+                motions = choose(rng, compose)
+                clips.append(make_clip(image, motions, frames))
+            else:
+                motions = choose_still(rng, compose)
+                place, times = placement(rng), fits_and_starts(rng, frames, move)
+                clips.append(make_clip(image, motions, frames, place, times))
             words = " and ".join(m.words for m in motions)
             records.append({"image": i, "caption": f"{captions[i]} {words}", "motions": [m.words for m in motions]})
     return np.stack(clips), records
+
+
+def unchanged_share(tokens: np.ndarray) -> float:
+    """Fraction of codes equal to the same cell's code one frame earlier ([M, F, 16, 16] tokens)."""
+    return float((tokens[:, 1:] == tokens[:, :-1]).mean())
 
 
 def tokenize(clips: np.ndarray, weights: Path) -> np.ndarray:
@@ -178,7 +300,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--out", type=Path, default=ROOT / "data" / "clips")
     ap.add_argument("--frames", type=int, default=8)
     ap.add_argument("--clips-per-image", type=int, default=2)
+    ap.add_argument("--style", choices=["still", "moving"], default="still", help="still (issue 42) or moving (16)")
     ap.add_argument("--compose", type=float, default=0.3, help="chance that a clip adds a second motion")
+    ap.add_argument("--move", type=float, default=0.6, help="still style: chance a frame moves on")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--limit", type=int, default=None, help="use only the first N images")
     ap.add_argument("--tokenize", action="store_true", help="also encode every frame with the emoji VQ")
@@ -188,14 +312,18 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit("--frames must be >= 2 and --clips-per-image >= 1")
     images = np.load(args.data / "images.npy")[: args.limit]
     captions = json.loads((args.data / "captions.json").read_text())[: len(images)]
-    clips, records = make_clips(images, captions, args.frames, args.clips_per_image, args.seed, args.compose)
+    clips, records = make_clips(
+        images, captions, args.frames, args.clips_per_image, args.seed, args.compose, args.style, args.move
+    )
     args.out.mkdir(parents=True, exist_ok=True)
     np.save(args.out / "clips.npy", clips)
-    (args.out / "clips.json").write_text(
-        json.dumps({"frames": args.frames, "seed": args.seed, "clips": records}, ensure_ascii=False)
-    )
+    meta = {"frames": args.frames, "seed": args.seed, "style": args.style, "clips": records}
     if args.tokenize:
-        np.save(args.out / "tokens.npy", tokenize(clips, args.weights))
+        tokens = tokenize(clips, args.weights)
+        np.save(args.out / "tokens.npy", tokens)
+        meta["unchanged_share"] = round(unchanged_share(tokens), 4)
+        print(f"unchanged-token share between consecutive frames: {meta['unchanged_share']:.1%}")
+    (args.out / "clips.json").write_text(json.dumps(meta, ensure_ascii=False))
     print(f"wrote {len(clips)} clips of {args.frames} frames to {args.out}")
 
 

@@ -1,11 +1,12 @@
 """Train the embedded animated-emoji model on clip tokens (training/make_clips.py); resumable.
 
 Sequence: [BOS] caption [BOI] F x (16 rows of (16 codes, EOL), EOF) [EOI], captions read as the
-image model reads them (bytes for the shipped model); EOF is the first id after the captions'. It
-starts from the image model (--init, default the shipped one): every weight copied, one new
-vocabulary row for EOF. Held-out clips are those of held-out emoji (data/split.json), so held-out
-loss measures new concepts. Exports go to checkpoints/RUN/export (training/ship.py --video copies
-one into the package); at the end, `--report` prints the held-out code CE per frame index.
+--init model reads them (words when a words.json lies beside it, else bytes); EOF is the first id
+after the captions'. It starts from the image model (--init, default the shipped one: every weight
+copied, one new vocabulary row for EOF) or from a video model (every weight copied). Held-out
+clips are those of held-out emoji (data/split.json), so held-out loss measures new concepts (--heldout
+N: the first N only). Exports go to checkpoints/RUN/export (training/ship.py --video copies one into
+the package); `--report` prints the export's held-out code CE per frame index.
 
 Run: python training/make_clips.py --tokenize --frames 4
      python training/train_video.py --threads 2        (rerun the same command to resume)
@@ -62,6 +63,7 @@ def main() -> None:
     ap = arguments(__doc__, run="video")
     ap.add_argument("--clips", default=str(DATA / "clips"), help="make_clips.py output (with --tokenize)")
     ap.add_argument("--report", action="store_true", help="print the export's held-out CE per frame and stop")
+    ap.add_argument("--heldout", type=int, help="measure on the first N held-out clips only (a faster measurement)")
     ap.set_defaults(batch=8, steps=1500, lr=3e-4, warmup=100, init=WEIGHTS / "ar.safetensors")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
@@ -71,9 +73,9 @@ def main() -> None:
     tokens = np.load(Path(args.clips) / "tokens.npy")
     captions = [c["caption"] for c in meta["clips"]]
     test_images = set(load_split()["test"])
-    held = [k for k, c in enumerate(meta["clips"]) if c["image"] in test_images]
+    held = [k for k, c in enumerate(meta["clips"]) if c["image"] in test_images][: args.heldout]
     train_idx = [k for k, c in enumerate(meta["clips"]) if c["image"] not in test_images]
-    reader = E.captions_for(WEIGHTS)
+    reader = E.captions_for(Path(args.init).parent)
     train = ClipBatches(tokens, captions, reader, train_idx, args.drop_caption)
     test = ClipBatches(tokens, captions, reader, held, 0.0)
     if args.report:

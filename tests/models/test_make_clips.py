@@ -1,4 +1,5 @@
-"""training/make_clips.py on a few fake emoji: deterministic clips, every motion moves or recolours."""
+"""training/make_clips.py on a few fake emoji: deterministic clips, every motion moves or recolours,
+the still style keeps most of the frame."""
 
 import importlib.util
 import json
@@ -24,11 +25,12 @@ def fake_images(n=3):
     return imgs
 
 
-def test_clips_are_deterministic_in_the_seed():
+@pytest.mark.parametrize("style", ["still", "moving"])
+def test_clips_are_deterministic_in_the_seed(style):
     imgs, caps = fake_images(), ["red heart", "sun", "pizza"]
-    a, rec_a = mc.make_clips(imgs, caps, frames=5, per_image=2, seed=3)
-    b, rec_b = mc.make_clips(imgs, caps, frames=5, per_image=2, seed=3)
-    c, _ = mc.make_clips(imgs, caps, frames=5, per_image=2, seed=4)
+    a, rec_a = mc.make_clips(imgs, caps, frames=5, per_image=2, seed=3, style=style)
+    b, rec_b = mc.make_clips(imgs, caps, frames=5, per_image=2, seed=3, style=style)
+    c, _ = mc.make_clips(imgs, caps, frames=5, per_image=2, seed=4, style=style)
     assert a.shape == (6, 5, 64, 64, 3) and a.dtype == np.uint8
     assert np.array_equal(a, b) and rec_a == rec_b and not np.array_equal(a, c)
     assert [r["image"] for r in rec_a] == [0, 0, 1, 1, 2, 2]
@@ -42,6 +44,40 @@ def test_every_motion_changes_the_frames(factory):
     assert clip.shape == (4, 64, 64, 3)
     assert any(not np.array_equal(clip[0], f) for f in clip[1:]), motion.words
     assert motion.words
+
+
+@pytest.mark.parametrize("factory", [f for f in mc.STILL_GEOMETRIC + mc.LOCAL if f is not mc.hold])
+def test_every_still_motion_changes_the_frames_a_little(factory):
+    motion = factory(np.random.default_rng(1))
+    clip = mc.make_clip(fake_images(1)[0], [motion], frames=8).astype(int)
+    changed = [np.abs(a - b).max(-1) > 8 for a, b in zip(clip[:-1], clip[1:], strict=True)]
+    assert any(c.any() for c in changed), motion.words
+    assert max(c.mean() for c in changed) < 0.2, motion.words  # a few pixels of a 64x64 frame
+
+
+def test_hold_and_held_frames_repeat_exactly():
+    img = fake_images(1)[0]
+    still = mc.make_clip(img, [mc.hold(np.random.default_rng(0))], frames=4, place=mc.Pose(3, -2, 0.7))
+    assert all(np.array_equal(still[0], f) for f in still[1:])
+    times = [0.0, 0.0, 0.5, 0.5, 1.0]
+    moved = mc.make_clip(img, [mc.drift(np.random.default_rng(0))], frames=5, times=times)
+    assert np.array_equal(moved[0], moved[1]) and np.array_equal(moved[2], moved[3])
+    assert not np.array_equal(moved[1], moved[2])
+
+
+def test_fits_and_starts_hold_and_reach_the_end():
+    rng = np.random.default_rng(0)
+    for move in (0.0, 0.5, 1.0):
+        times = mc.fits_and_starts(rng, 8, move)
+        assert len(times) == 8 and times[0] == 0 and all(a <= b for a, b in zip(times[:-1], times[1:], strict=True))
+        assert times[-1] == (0.0 if move == 0 else 1.0)
+    assert mc.fits_and_starts(rng, 8, 1.0) == [f / 7 for f in range(8)]
+
+
+def test_unchanged_share_counts_cells_equal_one_frame_back():
+    tokens = np.zeros((2, 3, 16, 16), dtype=np.int16)
+    tokens[0, 1, :8] = 1  # frame 1 differs from 0 in half its cells, and frame 2 from 1 in the same half
+    assert mc.unchanged_share(tokens) == pytest.approx(1 - 2 * 128 / (2 * 2 * 256))
 
 
 def test_render_turns_counterclockwise_like_pillow():
@@ -60,3 +96,15 @@ def test_main_writes_clips_and_records(tmp_path):
     clips = np.load(tmp_path / "clips" / "clips.npy")
     meta = json.loads((tmp_path / "clips" / "clips.json").read_text())
     assert clips.shape == (4, 4, 64, 64, 3) and meta["frames"] == 4 and len(meta["clips"]) == 4
+    assert meta["style"] == "still" and "unchanged_share" not in meta
+
+
+def test_main_tokenizes_and_reports_the_unchanged_share(tmp_path, capsys):
+    np.save(tmp_path / "images.npy", fake_images(1))
+    (tmp_path / "captions.json").write_text(json.dumps(["red heart"]))
+    mc.main(["--data", str(tmp_path), "--out", str(tmp_path / "clips"), "--frames", "3", "--tokenize"])
+    tokens = np.load(tmp_path / "clips" / "tokens.npy")
+    meta = json.loads((tmp_path / "clips" / "clips.json").read_text())
+    assert tokens.shape == (2, 3, 16, 16) and tokens.dtype == np.int16
+    assert meta["unchanged_share"] == round(mc.unchanged_share(tokens), 4)
+    assert "unchanged-token share" in capsys.readouterr().out
