@@ -220,6 +220,46 @@ def video() -> str:
     )
 
 
+def video_models() -> str:
+    """The first clip model beside the one trained on still-style clips: what their data repeats
+    from frame to frame, and what each method makes of it (`benchmarks/video-emoji/{first,still}`)."""
+    models = load("video-emoji/models.json")
+    cols = [
+        "model",
+        "training clips: unchanged-token share",
+        "held-out CE, frame 1 / frames 2-8",
+        "method",
+        "window",
+        "forwards per clip",
+        "step compression",
+        "latency vs plain-AR loop",
+    ]
+    cells = []
+    for name in ("first", "still"):
+        m, d = models[name], load(f"video-emoji/{name}/bench.json")
+        later = sum(m["heldout_ce_per_frame"][1:]) / (len(m["heldout_ce_per_frame"]) - 1)
+        for r in d["rows"]:
+            if r["method"] in BASELINES:
+                continue
+            cells.append(
+                [
+                    m["label"],
+                    f"{m['unchanged_share']:.1%}",
+                    f"{m['heldout_ce_per_frame'][0]:.2f} / {later:.2f}",
+                    f"`{r['method']}`",
+                    window(r),
+                    f"{r['nfe']:.1f}",
+                    x(r["step_compression"]),
+                    x(r["latency_speedup"]),
+                ]
+            )
+    plain = {name: load(f"video-emoji/{name}/bench.json")["baseline"]["wall_seconds"] for name in ("first", "still")}
+    return (
+        md_table(cols, cells) + f"\nThe plain loop took {plain['first']:.1f} s per clip in the first model's run and "
+        f"{plain['still']:.1f} s in the still model's (same process as each run's rows).\n"
+    )
+
+
 def h200_forward() -> str:
     step = load("gpu/h200-step/measure.json")["forward"]
     old = {p["block"]: p["median_s"] * 1000 for p in load("gpu/h200/measure.json")["cost_curve"]["points"]}
@@ -346,6 +386,7 @@ TABLES = {
     "lossy": lossy,
     "throughput": throughput,
     "video": video,
+    "video-models": video_models,
     "h200-forward": h200_forward,
     "h200-lumina": h200_lumina,
     "h200-embedded": h200_embedded,

@@ -24,7 +24,7 @@ MAX_SIZE = 4096  # --size, pixels per clip
     "emoji-video",
     "'emoji-video' (embedded animated emoji, 8 frames), 'random-video' (random weights), or cosmos:DIR.",
 )
-@decoding_options("sjd", "32")
+@decoding_options("scd-gs+copy", "32")  # fastest lossless on the embedded clip model (benchmarks/video-emoji)
 @click.option(
     "--frames",
     type=click.IntRange(1, 1024),

@@ -20,7 +20,12 @@ from .bundle import ModelBundle, palette_decode, rows_encoder
 from .transformer import Transformer, TransformerConfig, load_transformer
 
 WEIGHTS = Path(__file__).parents[1] / "weights"  # jacobigen/weights: package data
-VIDEO_PROMPTS = ["red heart bouncing", "sun spinning clockwise", "grinning face moving right", "red apple zooming in"]
+VIDEO_PROMPTS = [
+    "red heart drifting left",
+    "sun turning slowly clockwise",
+    "grinning face blinking",
+    "red apple standing still",
+]
 EMBEDDED_PROMPTS = ["red heart", "grinning face", "red apple", "blue car", "sun", "green tree", "yellow star", "pizza"]
 PROMPT_BYTES = 48  # the random model's prompt bytes, as the byte-caption emoji model's
 
