@@ -234,9 +234,10 @@ def video_models() -> str:
         "step compression",
         "latency vs plain-AR loop",
     ]
+    runs = {name: load(f"video-emoji/{name}/bench.json") for name in ("first", "still")}
     cells = []
-    for name in ("first", "still"):
-        m, d = models[name], load(f"video-emoji/{name}/bench.json")
+    for name, d in runs.items():
+        m = models[name]
         later = sum(m["heldout_ce_per_frame"][1:]) / (len(m["heldout_ce_per_frame"]) - 1)
         for r in d["rows"]:
             if r["method"] in BASELINES:
@@ -253,7 +254,7 @@ def video_models() -> str:
                     x(r["latency_speedup"]),
                 ]
             )
-    plain = {name: load(f"video-emoji/{name}/bench.json")["baseline"]["wall_seconds"] for name in ("first", "still")}
+    plain = {name: d["baseline"]["wall_seconds"] for name, d in runs.items()}
     return (
         md_table(cols, cells) + f"\nThe plain loop took {plain['first']:.1f} s per clip in the first model's run and "
         f"{plain['still']:.1f} s in the still model's (same process as each run's rows).\n"

@@ -37,6 +37,12 @@ from PIL import Image
 ROOT = Path(__file__).resolve().parents[1]
 WHITE = (255, 255, 255)
 TINTS = {"red": (230, 40, 40), "blue": (40, 90, 230), "green": (40, 170, 60), "purple": (150, 60, 200)}
+DIRECTIONS = {"left": (-1, 0), "right": (1, 0), "up": (0, -1), "down": (0, 1)}
+
+
+def ink(img: Image.Image) -> np.ndarray:
+    """bool [H, W]: the emoji's pixels, not the white background."""
+    return np.asarray(img).min(-1) < 245
 
 
 @dataclass(frozen=True)
@@ -63,9 +69,9 @@ class Motion:
 
 
 def pan(rng) -> Motion:
-    direction = rng.choice(["left", "right", "up", "down"])
+    direction = rng.choice(list(DIRECTIONS))
     reach = rng.uniform(8, 20)
-    ux, uy = {"left": (-1, 0), "right": (1, 0), "up": (0, -1), "down": (0, 1)}[direction]
+    ux, uy = DIRECTIONS[direction]
     return Motion(f"moving {direction}", lambda t: Pose(ux * reach * (2 * t - 1), uy * reach * (2 * t - 1)))
 
 
@@ -101,8 +107,8 @@ def tint(rng) -> Motion:
 
     def colour(img: Image.Image, t: float) -> Image.Image:
         tinted = Image.blend(img, Image.new("RGB", img.size, TINTS[name]), 0.6)
-        ink = Image.fromarray((np.asarray(img).min(-1) < 245).astype(np.uint8) * 255)  # leave the background white
-        return Image.composite(Image.blend(img, tinted, t), img, ink)
+        mask = Image.fromarray(ink(img).astype(np.uint8) * 255)  # leave the background white
+        return Image.composite(Image.blend(img, tinted, t), img, mask)
 
     return Motion(f"turning {name}", colour=colour)
 
@@ -130,9 +136,9 @@ def hold(rng) -> Motion:
 
 
 def drift(rng) -> Motion:
-    direction = rng.choice(["left", "right", "up", "down"])
+    direction = rng.choice(list(DIRECTIONS))
     reach = rng.uniform(2, 6)  # pixels over the whole clip: sub-code steps
-    ux, uy = {"left": (-1, 0), "right": (1, 0), "up": (0, -1), "down": (0, 1)}[direction]
+    ux, uy = DIRECTIONS[direction]
     return Motion(f"drifting {direction}", lambda t: Pose(ux * reach * t, uy * reach * t))
 
 
@@ -156,15 +162,15 @@ def region_change(rng, words: str, colour: tuple[int, int, int], strength: float
     stop = start + rng.uniform(0.15, 0.45)
 
     def paint(img: Image.Image, t: float) -> Image.Image:
-        ink = np.asarray(img).min(-1) < 245
-        if not start <= t <= stop or not ink.any():
+        drawn = ink(img)
+        if not start <= t <= stop or not drawn.any():
             return img
-        ys, xs = np.nonzero(ink)
+        ys, xs = np.nonzero(drawn)
         cx = int(xs.min() + fx * (xs.max() - xs.min()))
         cy = int(ys.min() + fy * (ys.max() - ys.min()))
         box = (max(cx - w // 2, 0), max(cy - h // 2, 0), min(cx + w // 2, img.width), min(cy + h // 2, img.height))
         part = img.crop(box)
-        mask = Image.fromarray(ink[box[1] : box[3], box[0] : box[2]].astype(np.uint8) * 255)
+        mask = Image.fromarray(drawn[box[1] : box[3], box[0] : box[2]].astype(np.uint8) * 255)
         changed = Image.blend(part, Image.new("RGB", part.size, colour), strength)
         out = img.copy()
         out.paste(Image.composite(changed, part, mask), box)
