@@ -220,24 +220,35 @@ def video() -> str:
     )
 
 
+def sampling(d: dict) -> str:
+    """A bench's sampling as its command-line options (only those that filter or scale)."""
+    s = d["sampling"]
+    return ", ".join(f"{k.replace('_', '-')} {s[k]}" for k in ("top_k", "top_p") if s.get(k) is not None) or "all ids"
+
+
+VIDEO_RUNS = ("first", "still", "still-top-p")  # benchmarks/video-emoji/NAME: model (models.json key), sampling
+
+
 def video_models() -> str:
     """The first clip model beside the one trained on still-style clips: what their data repeats
-    from frame to frame, and what each method makes of it (`benchmarks/video-emoji/{first,still}`)."""
+    from frame to frame, and what each method makes of it under each sampling
+    (`benchmarks/video-emoji/{first,still,still-top-p}`)."""
     models = load("video-emoji/models.json")
     cols = [
         "model",
         "training clips: unchanged-token share",
         "held-out CE, frame 1 / frames 2-8",
+        "sampling",
         "method",
         "window",
         "forwards per clip",
         "step compression",
         "latency vs plain-AR loop",
     ]
-    runs = {name: load(f"video-emoji/{name}/bench.json") for name in ("first", "still")}
+    runs = {name: load(f"video-emoji/{name}/bench.json") for name in VIDEO_RUNS}
     cells = []
     for name, d in runs.items():
-        m = models[name]
+        m = models[name.split("-")[0]]
         later = sum(m["heldout_ce_per_frame"][1:]) / (len(m["heldout_ce_per_frame"]) - 1)
         for r in d["rows"]:
             if r["method"] in BASELINES:
@@ -247,6 +258,7 @@ def video_models() -> str:
                     m["label"],
                     f"{m['unchanged_share']:.1%}",
                     f"{m['heldout_ce_per_frame'][0]:.2f} / {later:.2f}",
+                    sampling(d),
                     f"`{r['method']}`",
                     window(r),
                     f"{r['nfe']:.1f}",
@@ -254,11 +266,8 @@ def video_models() -> str:
                     x(r["latency_speedup"]),
                 ]
             )
-    plain = {name: d["baseline"]["wall_seconds"] for name, d in runs.items()}
-    return (
-        md_table(cols, cells) + f"\nThe plain loop took {plain['first']:.1f} s per clip in the first model's run and "
-        f"{plain['still']:.1f} s in the still model's (same process as each run's rows).\n"
-    )
+    plain = ", ".join(f"{d['baseline']['wall_seconds']:.1f} s ({name})" for name, d in runs.items())
+    return md_table(cols, cells) + f"\nThe plain loop took {plain} per clip, in the same process as each run's rows.\n"
 
 
 def h200_forward() -> str:

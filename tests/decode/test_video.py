@@ -273,7 +273,8 @@ def test_generate_points_a_clip_model_to_generate_video(tmp_path):
 
 @pytest.mark.slow
 def test_bench_on_a_video_model_tiles_the_acceptance_map_per_frame(tmp_path):
-    """Windows up to 128 on a 4-frame clip of 8 x 8 tokens (293 tokens with its structural ones)."""
+    """Windows up to 128 on a 4-frame clip of 8 x 8 tokens (293 tokens with its structural ones),
+    sampled as the command line asks."""
     import json
 
     from click.testing import CliRunner
@@ -292,12 +293,16 @@ def test_bench_on_a_video_model_tiles_the_acceptance_map_per_frame(tmp_path):
             "16,128",
             "--prompts",
             "1",
+            "--top-p",
+            "0.9",
             "--out",
             str(tmp_path),
         ],
     )
     assert res.exit_code == 0, res.output
-    rows = {(r["method"], r["window"]): r for r in json.loads((tmp_path / "bench.json").read_text())["rows"]}
+    data = json.loads((tmp_path / "bench.json").read_text())
+    assert data["sampling"] == {"top_p": 0.9}  # random-video has no sampling of its own
+    rows = {(r["method"], r["window"]): r for r in data["rows"]}
     assert rows["scd-gs", 128]["step_compression"] > 1
     assert len(rows["scd-gs", 128]["acceptance"]) == 8 and len(rows["scd-gs", 128]["acceptance"][0]) == 32
     assert (tmp_path / "acceptance.png").is_file()

@@ -77,9 +77,11 @@ def test_clip_batches_target_the_clip_and_frame_ce_covers_every_frame(tmp_path):
 
 def test_the_shipped_model_makes_eight_frame_clips():
     """The package's animated-emoji model (its file checked in test_embedded's manifest test): 8 frames
-    of 16 x 16 codes, and a lossless method equal to ``ar`` greedy on its first frame (a one-frame clip)."""
+    of 16 x 16 codes sampled as Cosmos-1-AR samples (nucleus 0.8, no top-k), and a lossless method
+    equal to ``ar`` greedy on its first frame (a one-frame clip)."""
     pipe = load_bundle("emoji-video", device="cpu")
     assert pipe.layout.frames == 8 and pipe.layout.length == 8 * E.CLIP_FRAME_TOKENS + 1
+    assert pipe.defaults == {"cfg": 3.0, "temperature": 1.0, "top_p": 0.9}
     one = pipe.with_frames(1)
     ar, _ = one.generate("red heart bouncing", method="ar", top_k=1, window=1)
     gen, frames = one.generate("red heart bouncing", method="scd-gs", top_k=1, window=64)

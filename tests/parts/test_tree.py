@@ -41,6 +41,8 @@ def test_depth_counts_the_root_as_the_reference_does():
         ({"tree_depth": 0}, "tree_depth"),
         ({"tree_width": 1.5}, "tree_width"),
         ({"tree_min_gain": -0.1}, "min_gain"),
+        ({"tree_tail_worth": -1}, "tail_worth"),
+        ({"tree_tail_worth": float("inf")}, "tail_worth"),
     ],
 )
 def test_bad_tree_options_are_clear_errors(options, match):
@@ -89,6 +91,29 @@ def test_two_iteration_reach_counts_a_draft_seen_again_one_iteration_later():
             want = sum(pmf[a] * pmf[b] for a, b in reached)
             assert got[row, j - 1].item() == pytest.approx(want, abs=1e-6)
     assert (got >= reach - 1e-7).all()
+
+
+def test_the_tail_worth_trims_a_tree_but_not_the_decision_to_build_one():
+    """Margins over the two-iteration worth decide whether a tree pays; the nodes it then holds must
+    also beat tail_worth / W^2 (W the drafts), what a draft taken from the spine costs later."""
+    from jacobigen.parts.tree import AutoBudget
+
+    best = torch.tensor([[0.30, 0.05, 0.02, 0.004, 0.001]])  # the extras' values, best first
+
+    def extras(tail_worth, min_gain=0.05):
+        auto = AutoBudget(min_gain, tail_worth)
+        auto.start(1, 8, "cpu")  # 8 drafts; a record of a chain that seldom passes depth 1
+        auto.trials += 100
+        auto.hits += torch.tensor([30.0, 0, 0, 0, 0, 0, 0, 0])
+        auto.prepare(torch.tensor([8]))
+        assert auto.worth[0, 3:].max() < 1e-3  # deep drafts are worth nearly nothing over two iterations
+        return int(auto.count(best, 5))
+
+    assert extras(0) == 5  # every value beats the worth of the depth it displaces
+    assert [extras(64 * f) for f in (0.01, 0.03, 0.2)] == [3, 2, 1]  # floors 0.01, 0.03, 0.2
+    assert extras(64 * 0.2, min_gain=0.12) == 1  # only the 0.30 node beats the floor, but all count for the bar
+    assert extras(64 * 0.2, min_gain=0.3) == 0  # a bar the tree's gain does not reach
+    assert extras(64 * 0.5) == 0  # no node beats the floor
 
 
 @pytest.mark.parametrize("min_gain", [None, 0.5])

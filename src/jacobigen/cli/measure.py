@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import click
@@ -10,7 +11,7 @@ from ..core.checks import image_seeds
 from ..core.errors import JacobigenError
 from ..tools.files import check_writable
 from .group import BadInput, main
-from .options import ModelChoice, model_options
+from .options import ModelChoice, model_options, sampling_options
 
 
 def _csv(kind):
@@ -80,6 +81,7 @@ def _variants(ctx, param, value):
     "of condition tokens).",
 )
 @click.option("--seeds", "n_seeds", default=1, show_default=True, type=int)
+@sampling_options()
 @click.option(
     "--fid",
     "n_fid",
@@ -120,6 +122,7 @@ def bench(
     n_prompts,
     prompt_texts,
     n_seeds,
+    sampling,
     n_fid,
     out_dir,
     thread_counts,
@@ -141,6 +144,8 @@ def bench(
         raise click.BadParameter("--compile-backend needs --compile", param_hint="--compile-backend")
     check_writable(out_dir, "--out", folder=True)
     bundle = model.load()
+    if sampling:  # every row samples as the user asked; bench.json records it
+        bundle = replace(bundle, defaults={**bundle.defaults, **sampling})
     prompts = list(prompt_texts) or (bundle.example_prompts * n_prompts)[:n_prompts]
     if not prompts:
         raise BadInput(f"the {bundle.name} model has no example prompts: give one or more --prompt")

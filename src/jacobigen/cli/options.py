@@ -20,7 +20,44 @@ from ..core.errors import ConfigError
 from ..models import embedded as E
 from .params import Finite, Window, check_threads, options_of
 
-DEFAULTS = ", ".join(f"{k.replace('_', '-')} {v}" for k, v in E.SAMPLING.items())
+DEFAULTS, VIDEO_DEFAULTS = (
+    ", ".join(f"{k.replace('_', '-')} {v}" for k, v in sampling.items()) for sampling in (E.SAMPLING, E.VIDEO_SAMPLING)
+)
+SAMPLING = ("cfg", "temperature", "top_k", "top_p")
+SAMPLING_OPTIONS = [
+    click.option(
+        "--cfg",
+        type=Finite(),
+        default=None,
+        help=f"Classifier-free guidance scale (1: none). Default: the model's own (the default model "
+        f"samples with {DEFAULTS}; emoji-video with {VIDEO_DEFAULTS}; random with cfg 1, temperature 1, all ids).",
+    ),
+    click.option(
+        "--temperature",
+        type=Finite(0, lo_open=True),
+        default=None,
+        help="Softmax temperature, > 0 (smaller: sharper). Default: the model's own (1 for the default model).",
+    ),
+    click.option(
+        "--top-k",
+        type=click.IntRange(min=1),
+        default=None,
+        help="Sample among the K most likely image ids. Default: the model's own (200 for the "
+        "default model; all for emoji-video and random).",
+    ),
+    click.option(
+        "--top-p",
+        type=Finite(0, 1, lo_open=True),
+        default=None,
+        help="Sample among the most likely ids holding this much probability, in (0, 1] (1: all). Default: the "
+        "model's own (0.9 for emoji-video, as Cosmos-1-AR 12B; else 1).",
+    ),
+]
+
+
+def sampling_of(kw) -> dict:
+    """The sampling options the user set (popped from ``kw``): the model's own stand for the rest."""
+    return {k: v for k in SAMPLING if (v := kw.pop(k)) is not None}
 
 
 @dataclass(frozen=True)
@@ -181,6 +218,12 @@ def model_options(default: str = "default", model_help: str | None = None, threa
     return _apply(options, build)
 
 
+def sampling_options():
+    """``--cfg``, ``--temperature``, ``--top-k`` and ``--top-p`` alone, handed over as ``sampling``
+    (only what the user set)."""
+    return _apply(SAMPLING_OPTIONS, lambda kw: {"sampling": sampling_of(kw)})
+
+
 def decoding_options(method: str = "auto", window: str = "auto"):
     """The options ``generate`` and ``generate-video`` share, handed over as ``decoding: Decoding``."""
     options = [
@@ -213,32 +256,7 @@ def decoding_options(method: str = "auto", window: str = "auto"):
             help="Images decoded together (default: all that fit in half the free memory); finished "
             "rows take the next prompt.",
         ),
-        click.option(
-            "--cfg",
-            type=Finite(),
-            default=None,
-            help=f"Classifier-free guidance scale (1: none). Default: the model's own (the default model "
-            f"samples with {DEFAULTS}; random with cfg 1, temperature 1, all ids).",
-        ),
-        click.option(
-            "--temperature",
-            type=Finite(0, lo_open=True),
-            default=None,
-            help="Softmax temperature, > 0 (smaller: sharper). Default: the model's own (1 for the default model).",
-        ),
-        click.option(
-            "--top-k",
-            type=click.IntRange(min=1),
-            default=None,
-            help="Sample among the K most likely image ids. Default: the model's own (200 for the "
-            "default model; all for random).",
-        ),
-        click.option(
-            "--top-p",
-            type=Finite(0, 1, lo_open=True),
-            default=None,
-            help="Sample among the most likely ids holding this much probability, in (0, 1]. Default: 1.",
-        ),
+        *SAMPLING_OPTIONS,
         click.option("--option", "-o", "options", multiple=True, help="Method hyper-parameter, KEY=VALUE."),
         click.option(
             "--stats",
@@ -251,14 +269,13 @@ def decoding_options(method: str = "auto", window: str = "auto"):
     ]
 
     def build(kw):
-        sampling = {k: kw.pop(k) for k in ("cfg", "temperature", "top_k", "top_p")}
         return {
             "decoding": Decoding(
                 method=kw.pop("method"),
                 window=kw.pop("window"),
                 seed=kw.pop("seed"),
                 batch_size=kw.pop("batch_size"),
-                sampling={k: v for k, v in sampling.items() if v is not None},
+                sampling=sampling_of(kw),
                 options=options_of(kw.pop("options")),
                 stats_path=kw.pop("stats_path"),
                 progress=kw.pop("progress"),

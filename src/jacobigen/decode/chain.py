@@ -32,7 +32,9 @@ class Chain:
         self.cap: int
         self.levels, self.cap = tree.carve(window) if tree else (0, 0)  # (0, 0): a plain chain
         self.universe = universe(self.levels, tree.width, torch.device(device)) if self.levels else None
-        self.auto = AutoBudget(tree.gain_bar(window)) if self.levels and tree.budget == "auto" else None
+        self.auto = (
+            AutoBudget(tree.gain_bar(window), tree.tail_worth) if self.levels and tree.budget == "auto" else None
+        )
         self.arange_w = torch.arange(w, device=device)
         self.depths = torch.arange(w + 1, device=device)
         self.positions = torch.arange(self.length, device=device)

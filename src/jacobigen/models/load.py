@@ -99,7 +99,7 @@ def video_bundle(weights: Path = WEIGHTS / "video", device: str = "cpu") -> Mode
         layout,
         rows_encoder(captions.tokens, E.unconditional_tokens()),
         decode,
-        defaults=dict(E.SAMPLING),
+        defaults=dict(E.VIDEO_SAMPLING),
         example_prompts=VIDEO_PROMPTS,
         prompt_note=captions.note,
         max_frames=frames,

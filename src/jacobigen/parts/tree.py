@@ -17,9 +17,10 @@ keeps the sibling rule exact:
 - a number N: at most N off-spine nodes, best first by their value, the probability under the draft
   distributions that the node is reached and accepted (the product of q along its path: EAGLE-2's
   value), where a node counts only as much as the least of its parent and lower-ranked siblings;
-- ``auto``: per sequence and iteration, a node takes the place of the spine's deepest draft while
-  its value, calibrated by the sequence's own acceptance record, beats the chance that the chain
-  accepts that depth in this iteration or the next (:class:`AutoBudget`).
+- ``auto``: per sequence and iteration, a tree is built when its nodes' values, calibrated by the
+  sequence's own acceptance record, beat the chance that the chain accepts the depths they displace
+  in this iteration or the next by enough to pay for its bookkeeping; it holds the nodes that also
+  beat what one draft less costs the chain in later iterations (:class:`AutoBudget`).
 
 Extras take the block's last positions, so the block is always ``window`` tokens (the reference
 carves the tree from its L-token block the same way); a layout without a window (PJD's segments)
@@ -59,6 +60,7 @@ class ProactiveTree:
     width: int = 4  # candidates per drafted depth
     budget: int | str = "auto"  # off-spine nodes: a number, "full" or "auto"
     min_gain: float | None = None  # auto: the share of a chain's tokens a tree must add (None: gain_bar)
+    tail_worth: float = 12.0  # auto: k in the chain's tokens per iteration T(W) = T_max - k / W
 
     def __post_init__(self):
         for name in ("depth", "width"):
@@ -77,6 +79,9 @@ class ProactiveTree:
         g = self.min_gain
         if g is not None and (isinstance(g, bool) or not isinstance(g, (int, float)) or not g >= 0):  # inf: no tree
             raise ConfigError(f"tree_min_gain must be a number >= 0, got {g!r}")
+        k = self.tail_worth
+        if isinstance(k, bool) or not isinstance(k, (int, float)) or not 0 <= k < float("inf"):
+            raise ConfigError(f"tree_tail_worth must be a finite number >= 0, got {k!r}")
 
     def gain_bar(self, window: int) -> float:
         """The share of the chain's tokens an automatic tree must add: ``min_gain``, by default
@@ -314,15 +319,19 @@ class AutoBudget:
     model no bar made such trees pay: 2.27-2.47x step compression against the chain's 2.59x at
     window 16 over 48 images). Per sequence, the chance that the chain accepts depth j once it reached
     j - 1 (counted with a uniform prior), and how the tree's values compare with the off-spine
-    tokens it committed. A node replaces the spine's deepest draft while its calibrated value beats
-    the chance the chain accepts that depth in this iteration or the next; both are known before
-    the forward. A tree is used
-    only when it is expected to add ``min_gain`` of the tokens the chain alone would commit: its
-    own bookkeeping costs about a fifth of an iteration at window 16 on a CPU with the embedded
-    model (hence the default 0.25; where forwards are dearer, a lower bar pays)."""
+    tokens it committed. A node's margin is its calibrated value less the chance the chain accepts
+    the depth it displaces (the spine's deepest left) in this iteration or the next; both are known
+    before the forward. A tree is used only when its positive margins add ``min_gain`` of the tokens
+    the chain alone would commit (its bookkeeping costs about a fifth of an iteration at window 16
+    on a CPU with the embedded model; where forwards are dearer, a lower bar pays). It then holds
+    the nodes whose margin stays positive against ``tail_worth`` / W^2 too: the chain's tokens per
+    iteration grow with its window W as T_max - k / W (k = 11.8 from window 16 to 32 and 12.2 from
+    32 to 64 with ``scd-mc`` on the embedded model), and a draft taken from the spine for good
+    costs T'(W) = k / W^2 in every later iteration, which two iterations' reach does not see (a
+    draft left unreached comes back sharper)."""
 
-    def __init__(self, min_gain: float):
-        self.min_gain = min_gain
+    def __init__(self, min_gain: float, tail_worth: float):
+        self.min_gain, self.tail_worth = min_gain, tail_worth
 
     def start(self, rows: int, drafts: int, device) -> None:
         self.hits = torch.zeros(rows, drafts, device=device)
@@ -348,14 +357,16 @@ class AutoBudget:
         inside = torch.arange(1, w + 1, device=reach.device) <= limit[:, None]
         self.reach = torch.where(inside, reach, 0.0)
         self.worth = torch.where(inside, two_iteration_reach(reach), 0.0)
+        self.floor = self.tail_worth / w**2
         self.calibration = (self.accepted + 1) / (self.predicted + 1)
         self.bar = self.min_gain * (1 + self.reach.sum(1))
 
-    def _margins(self, values: torch.Tensor) -> torch.Tensor:
-        """Calibrated value of the i-th best extra [R, cap] minus the worth of the spine depth it
-        displaces (the i-th extra takes depth W + 1 - i)."""
+    def _margins(self, values: torch.Tensor, floor: float = 0.0) -> torch.Tensor:
+        """Calibrated value of the i-th best extra [R, cap] minus the worth (at least ``floor``) of
+        the spine depth it displaces (the i-th extra takes depth W + 1 - i)."""
         w, cap = self.worth.shape[1], values.shape[1]
-        return self.calibration[:, None] * values - self.worth[:, w - torch.arange(1, cap + 1, device=values.device)]
+        displaced = self.worth[:, w - torch.arange(1, cap + 1, device=values.device)]
+        return self.calibration[:, None] * values - displaced.clamp(min=floor)
 
     def worth_trying(self, spine_q: torch.Tensor, runner_up: torch.Tensor, cap: int, width: int) -> bool:
         """Whether any row's tree could pass :meth:`count`'s bar, from the drafts alone (one host
@@ -375,11 +386,11 @@ class AutoBudget:
 
     def count(self, best: torch.Tensor, cap: int) -> torch.Tensor:
         """Extras [R] from off-spine scores sorted best first [R, >= cap]: none unless they add
-        ``min_gain`` of the tokens the chain alone is expected to commit."""
-        margin = self._margins(best[:, :cap])
-        take = margin > 0
-        gain = torch.where(take, margin, 0.0).sum(1)
-        return torch.where(gain >= self.bar, take.sum(1), 0)
+        ``min_gain`` of the tokens the chain alone is expected to commit, else those worth more
+        than the later iterations' cost of a shorter spine too."""
+        gain = self._margins(best[:, :cap]).clamp(min=0).sum(1)
+        take = (self._margins(best[:, :cap], self.floor) > 0).sum(1)
+        return torch.where(gain >= self.bar, take, 0)
 
     def update(
         self,
