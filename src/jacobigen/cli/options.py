@@ -15,7 +15,7 @@ from pathlib import Path
 import click
 from click.core import ParameterSource
 
-from ..core.checks import MAX_SEED, image_seeds
+from ..core.checks import MAX_SEED, SAMPLING_KEYS, image_seeds
 from ..core.errors import ConfigError
 from ..models import embedded as E
 from .params import Finite, Window, check_threads, options_of
@@ -23,7 +23,6 @@ from .params import Finite, Window, check_threads, options_of
 DEFAULTS, VIDEO_DEFAULTS = (
     ", ".join(f"{k.replace('_', '-')} {v}" for k, v in sampling.items()) for sampling in (E.SAMPLING, E.VIDEO_SAMPLING)
 )
-SAMPLING = ("cfg", "temperature", "top_k", "top_p")
 SAMPLING_OPTIONS = [
     click.option(
         "--cfg",
@@ -57,7 +56,7 @@ SAMPLING_OPTIONS = [
 
 def sampling_of(kw) -> dict:
     """The sampling options the user set (popped from ``kw``): the model's own stand for the rest."""
-    return {k: v for k in SAMPLING if (v := kw.pop(k)) is not None}
+    return {k: v for k in SAMPLING_KEYS if (v := kw.pop(k)) is not None}
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,8 @@ import operator
 
 from .errors import ConfigError
 
+SAMPLING_KEYS = ("cfg", "temperature", "top_k", "top_p")  # the sampling a caller may set, everywhere
+
 
 def _range(lo, hi, lo_open: bool = False) -> str:
     if lo is None and hi is None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..core.checks import SAMPLING_KEYS as SAMPLING
 from ..core.checks import image_seeds, integer
 from ..core.errors import ConfigError
 from ..core.sampling import SamplingConfig
@@ -20,7 +21,6 @@ MAX_PROMPT_CHARS = 1000
 MAX_IMAGES = 8  # ``n`` per request
 DEFAULT_WINDOW = 32  # ``jacobigen generate``'s default, for a method given without a window
 AUTO = "auto"
-SAMPLING = ("cfg", "temperature", "top_k", "top_p")
 FIELDS = ("prompt", "n", "size", "response_format", "method", "window", "seed", "stream", "model", "user", *SAMPLING)
 
 

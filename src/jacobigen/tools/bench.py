@@ -18,6 +18,7 @@ import time
 import torch
 from tqdm.auto import tqdm
 
+from ..core.checks import SAMPLING_KEYS
 from ..core.contract import model_device, sync
 from ..core.errors import ConfigError, JacobigenError
 from ..core.stats import step_compression
@@ -35,7 +36,7 @@ from .threads import choose_threads, environment, loadavg
 def plain_options(pipe: ModelBundle, sampling: dict) -> dict:
     """The sampling options the plain loop takes (the model's defaults under ``sampling``)."""
     opts = {k: v for k, v in {**pipe.defaults, **sampling}.items() if v is not None}
-    if set(opts) - {"cfg", "temperature", "top_k", "top_p"}:
+    if set(opts) - set(SAMPLING_KEYS):
         raise ConfigError(f"the {PLAIN} baseline takes cfg, temperature, top_k and top_p only, got {sorted(opts)}")
     return opts
 
