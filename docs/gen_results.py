@@ -17,7 +17,7 @@ import re
 import sys
 from pathlib import Path
 
-from jacobigen.tools.bench_report import md_table, pct, table  # torch-free: reads and formats
+from jacobigen.tools.bench_report import md_table, pct, table, throughput_table  # torch-free: reads and formats
 from jacobigen.tools.bench_rows import Row
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -169,35 +169,7 @@ def lossy() -> str:
 
 
 def throughput() -> str:
-    rows = load("throughput/throughput.json")["rows"]
-    best = {}
-    for r in rows:
-        if r["method"] in BASELINES:
-            best[r["batch_size"]] = max(best.get(r["batch_size"], 0.0), r["images_per_second"])
-    cols = [
-        "method",
-        "batch",
-        "images/s",
-        "vs baseline",
-        "image tokens/s",
-        "forward passes",
-        "step compression",
-        "overhead",
-    ]
-    cells = [
-        [
-            r["method"],
-            str(r["batch_size"]),
-            f"{r['images_per_second']:.2f}",
-            x(r["images_per_second"] / best[r["batch_size"]]),
-            f"{r['tokens_per_second']:.0f}",
-            str(r["forward_passes"]),
-            x(r["step_compression"]),
-            pct(r.get("overhead_share")),
-        ]
-        for r in rows
-    ]
-    return md_table(cols, cells)
+    return throughput_table(load("throughput/throughput.json")["rows"])
 
 
 def video() -> str:

@@ -17,6 +17,9 @@ e. ``compiled``: a few presets with the whole step compiled under each of ``--st
    on CUDA, replayed as one CUDA graph (``decode.replay``): the steady-state wall per iteration
    (the warm step and the recording left out) against the graphed forward of its block.
 f. ``embedded``: ``jacobigen bench --compile`` on the embedded model (subprocess, with a timeout).
+h. ``batch`` (issue 49): images/s of that model (16x16 image, CFG pair, forwards graphed) for
+   ``--batch-methods`` at batch 1, 4 and 16, the batch's forward shared against deterministic
+   (row-invariant kernels: :mod:`jacobigen.core.invariant`), each mode with its own graphs.
 g. ``table``: Lumina-mGPT-7B at 768 px (2,357 tokens): seconds per image from the measured forward
    and bookkeeping, for AR and the papers' step compressions, beside the papers' published times.
 
@@ -82,6 +85,8 @@ FULL = dict(
     budget_compiled=150.0,
     embedded_timeout=150.0,
     step_backends="eager,inductor",
+    batch_sizes=[1, 4, 16],
+    budget_batch=150.0,
 )
 TINY = dict(
     sizes=[1, 4, 8],
@@ -97,6 +102,8 @@ TINY = dict(
     budget_compiled=60.0,
     embedded_timeout=240.0,
     step_backends="eager",
+    batch_sizes=[1, 2],
+    budget_batch=60.0,
 )
 PRESETS = "ar,sjd,scd-mc,scd-gs,sjd-pac,sjd-vp,scd-mc+pac+vp"
 COMPILED_PRESETS = "ar,scd-mc,sjd-pac"
@@ -489,6 +496,63 @@ def projection(report: dict, result):
         result["rows"].append(row)
 
 
+# --- h: batches -----------------------------------------------------------------------------------
+
+
+def batches(model, device, args, result):
+    """Images/s per (method, mode, batch size); a fresh ``Graphed`` per mode, since a graph keeps
+    the kernels it was captured with. The first run of each setting captures its graphs, the
+    second is timed."""
+    from jacobigen import generate
+
+    layout, prompt, uncond = image_setup(model, args.grid)
+    result.update(tokens=layout.length, runs=[], skipped=[])
+    t_part = time.perf_counter()
+    for mode, deterministic in (("shared", False), ("deterministic", True)):
+        graphed = Graphed(model)
+        for name in split_variants(args.batch_methods):
+            v = parse_variant(name)
+            for b in args.batch_sizes:
+                if time.perf_counter() - t_part > args.budget_batch:
+                    result["skipped"].append({"method": name, "mode": mode, "batch": b})
+                    continue
+
+                def run(v=v, b=b, deterministic=deterministic, graphed=graphed):
+                    return generate(
+                        graphed,
+                        [prompt] * b,
+                        layout=layout,
+                        method=v.method.name,
+                        window=v.window or max(args.windows),
+                        uncond=uncond,
+                        seed=list(range(b)),
+                        deterministic=deterministic,
+                        **v.options,
+                        **DEFAULTS,
+                    ).stats
+
+                run()
+                sync(device)
+                t0 = time.perf_counter()
+                s = run()
+                sync(device)
+                wall = time.perf_counter() - t0
+                iters = max(len(s.committed), 1)
+                result["runs"].append(
+                    {
+                        "method": name,
+                        "mode": mode,
+                        "batch": b,
+                        "wall_s": wall,
+                        "images_per_second": b / wall,
+                        "iterations": iters,
+                        "ms_per_iteration": 1e3 * wall / iters,
+                    }
+                )
+                write_partial(result)
+    result["status"] = "partial" if result["skipped"] else "ok"
+
+
 # --- report ---------------------------------------------------------------------------------------
 
 _REPORT: dict = {}
@@ -520,7 +584,7 @@ def markdown(report: dict) -> str:
             f"({mod['weight_bytes'] / 1e9:.2f} GB), {mod['dtype']}, built in {mod['build_seconds']:.1f} s.",
             "",
         ]
-    for key in ("model", "bandwidth", "forward", "plain", "overhead", "compiled", "embedded", "table"):
+    for key in ("model", "bandwidth", "forward", "plain", "overhead", "batch", "compiled", "embedded", "table"):
         part = report.get(key, {})
         if part.get("status") in ("error", "timeout"):
             lines += [f"**{key}: {part['status']}**", "", "```", (part.get("error") or "").strip()[-1200:], "```", ""]
@@ -585,6 +649,26 @@ def markdown(report: dict) -> str:
             for r in e["rows"]
         ]
         lines += [""]
+    bt = report.get("batch", {})
+    if bt.get("runs"):
+        alone = {(r["method"], r["mode"]): r["images_per_second"] for r in bt["runs"] if r["batch"] == 1}
+        shared = {(r["method"], r["batch"]): r["images_per_second"] for r in bt["runs"] if r["mode"] == "shared"}
+        lines += [
+            f"## Batches ({bt['tokens']} tokens per image, CFG pair, forwards graphed)",
+            "",
+            "| method | forward | batch | images/s | vs batch 1 | vs shared | ms / iteration |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        lines += [
+            f"| {r['method']} | {r['mode']} | {r['batch']} | {r['images_per_second']:.3f} | "
+            f"{fmt(_over(r['images_per_second'], alone.get((r['method'], r['mode']))), '.2f')} | "
+            f"{fmt(_over(r['images_per_second'], shared.get((r['method'], r['batch']))), '.2f')} | "
+            f"{r['ms_per_iteration']:.2f} |"
+            for r in bt["runs"]
+        ]
+        for sk in bt.get("skipped", []):
+            lines.append(f"\nskipped (budget): {sk['method']} {sk['mode']} batch {sk['batch']}")
+        lines += [""]
     t = report.get("table", {})
     if t.get("rows"):
         lines += [
@@ -602,6 +686,10 @@ def markdown(report: dict) -> str:
         ]
         lines += [""]
     return "\n".join(lines)
+
+
+def _over(x: float, base: float | None) -> float | None:
+    return x / base if base else None
 
 
 def write(report: dict, out: Path) -> None:
@@ -632,7 +720,9 @@ def parse(argv=None):
     p.add_argument("--windows", type=ints, default=[32])
     p.add_argument("--methods", default=PRESETS, help="presets for the bookkeeping part")
     p.add_argument("--compiled-methods", default=COMPILED_PRESETS, help="presets run with the step compiled")
-    for part in ("forward", "plain", "overhead", "compiled"):
+    p.add_argument("--batch-methods", default="ar,scd-mc", help="presets of the batch part")
+    p.add_argument("--batch-sizes", type=ints, default=None, help="batch sizes of the batch part")
+    for part in ("forward", "plain", "overhead", "batch", "compiled"):
         p.add_argument(f"--budget-{part}", type=float, default=None, help=f"seconds for the {part} part")
         p.add_argument(f"--skip-{part}", action="store_true")
     p.add_argument("--backend", default=True, help="torch.compile backend (default inductor; eager: trace only)")
@@ -686,7 +776,7 @@ def main(argv=None) -> dict:
         "threads": torch.get_num_threads(),
         "argv": sys.argv[1:] if argv is None else list(argv),
     }
-    for key in ("model", "bandwidth", "forward", "plain", "overhead", "compiled", "embedded", "table"):
+    for key in ("model", "bandwidth", "forward", "plain", "overhead", "batch", "compiled", "embedded", "table"):
         report[key] = {"status": "pending"}
     write(report, out)
 
@@ -722,6 +812,7 @@ def main(argv=None) -> dict:
         ("forward", lambda res: forward_curve(model, report["model"], device, args, res)),
         ("plain", lambda res: plain(model, device, args, res)),
         ("overhead", lambda res: overhead(model, device, args, res, report)),
+        ("batch", lambda res: batches(model, device, args, res)),
     ]:
         part(key, fn, skip=model is None or getattr(args, f"skip_{key}"))
     model = None

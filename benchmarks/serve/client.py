@@ -74,6 +74,6 @@ class Offline:
     def equal(self, prompt: str, image: dict) -> bool:
         key = (prompt, image["seed"], image["method"], image["window"])
         if key not in self.cache:
-            _, images = self.bundle.generate([prompt], method=key[2], window=key[3], seed=[key[1]])
+            _, images = self.bundle.generate([prompt], method=key[2], window=key[3], seed=[key[1]], deterministic=True)
             self.cache[key] = np.array(images[0])
         return bool(np.array_equal(pixels(image["b64_json"]), self.cache[key]))

@@ -34,7 +34,9 @@ def main() -> None:
     ]
     t0 = time.perf_counter()
     limits = ("--max-batch", str(args.concurrency), "--max-queue", str(4 * args.concurrency))
-    with server(*limits, "--no-calibrate") as url:  # the rungs as written: auto requests span several groups
+    with server(
+        *limits, "--no-calibrate", "--deterministic"
+    ) as url:  # the rungs as written: auto requests span several groups
         with ThreadPoolExecutor(args.concurrency) as pool:
             answers = list(pool.map(lambda b: generate(url, b), bodies))
     wall = time.perf_counter() - t0

@@ -202,7 +202,8 @@ API = [
     ("seed an empty list", _generate(seed=[]), ConfigError, "seed is an empty list"),
     ("progress as text", _generate(progress="yes"), ConfigError, "progress must be True or False"),
     ("timing an int", _generate(timing=2), ConfigError, "timing must be True or False"),
-    ("batch_invariant as text", _generate(batch_invariant="no"), ConfigError, "batch_invariant must be True"),
+    ("deterministic as text", _generate(deterministic="no"), ConfigError, "deterministic must be True"),
+    ("batch_invariant renamed", _generate(batch_invariant=True), ConfigError, "replaced by deterministic"),
     ("latents as text", _generate(method="gsd", latents="x"), ConfigError, "latents must be a 2-D tensor"),
     ("cfg None", _generate(cfg=None), ConfigError, "cfg scale must be a finite number, got None"),
     (

@@ -1,8 +1,9 @@
-"""A batch never changes a sequence (issue 39): in float32, sampled (no greedy shortcut), every
-preset gives each sequence the same tokens alone, in one batch, and one at a time with refill, on
-the random and the shipped model (PJD's presets on the shipped model one row at a time only: see
-the test). The engine gives each sequence its own forward calls (a matmul
-rounds by its row count); the mutant that shares one forward across the batch is shown to fail."""
+"""With ``deterministic=True`` a batch never changes a sequence (issues 39, 49): in float32, sampled
+(no greedy shortcut), every preset gives each sequence the same tokens alone, in one batch, and one
+at a time with refill, on the random and the shipped model (PJD's presets on the shipped model one
+row at a time only: see the test). The batch shares each forward, run on row-invariant kernels
+(:mod:`jacobigen.core.invariant`); two mutants, a forward and a linear kernel whose rows depend on
+the row count, are shown to fail the same check."""
 
 from functools import cache
 
@@ -10,6 +11,7 @@ import pytest
 import torch
 
 from jacobigen import METHODS, generate
+from jacobigen.core import invariant
 from jacobigen.models import load_bundle
 from tests.helpers.models import LAYOUT, PROMPT, UNCOND, random_model
 
@@ -27,6 +29,7 @@ def shipped():
 
 def random_runs(method: str, **kw):
     model = random_model()
+    kw = {"deterministic": True, **kw}
     common = dict(layout=LAYOUT, uncond=UNCOND, cfg=3.0, top_k=64, method=method, window=16, **kw)
     alone = [generate(model, p, seed=[10 + i], **common).tokens[0] for i, p in enumerate(PROMPTS)]
     seeds = [10 + i for i in range(len(PROMPTS))]
@@ -36,12 +39,18 @@ def random_runs(method: str, **kw):
 @cache
 def shipped_alone(method: str) -> tuple:
     pipe = shipped()
-    return tuple(pipe.generate([t], method=method, window=32, seed=[i])[0].tokens[0] for i, t in enumerate(TEXTS))
+    return tuple(
+        pipe.generate([t], method=method, window=32, seed=[i], deterministic=True)[0].tokens[0]
+        for i, t in enumerate(TEXTS)
+    )
 
 
 def shipped_runs(method: str, sizes=(None, 2), **kw):
     seeds = list(range(len(TEXTS)))
-    batches = [shipped().generate(TEXTS, method=method, window=32, seed=seeds, batch_size=b, **kw) for b in sizes]
+    batches = [
+        shipped().generate(TEXTS, method=method, window=32, seed=seeds, batch_size=b, deterministic=True, **kw)
+        for b in sizes
+    ]
     return shipped_alone(method), [gen.tokens for gen, _ in batches]
 
 
@@ -89,10 +98,8 @@ def test_row_parallel_presets_equal_alone_one_row_at_a_time(method):
 
 
 def rounding_by_row_count(model):
-    """The model with a forward whose result depends on how many rows it runs, as a matmul's
-    rounding does on kernels that block by shape (on the Intel CPU this test was written on, a shared
-    forward moved 208 of 1,092 tokens of the shipped model; on an AMD EPYC the same shapes round
-    alike, so the mutant below makes the dependence explicit instead of hoping for the hardware)."""
+    """The model with a forward whose result depends on how many rows it runs (as a matmul's
+    rounding does on kernels that block by shape), whatever kernels it runs on."""
     forward = model.forward
 
     def by_rows(tokens, positions, mask, cache, **kw):
@@ -102,16 +109,40 @@ def rounding_by_row_count(model):
     return model
 
 
+COMMON = dict(layout=LAYOUT, uncond=UNCOND, cfg=3.0, top_k=64, method="scd-mc", window=16)
+SEEDS = [10 + i for i in range(len(PROMPTS))]
+
+
+def alone_and_batched(model, **kw) -> tuple[list, torch.Tensor]:
+    alone = [generate(model, p, seed=[s], **COMMON, **kw).tokens[0] for p, s in zip(PROMPTS, SEEDS, strict=True)]
+    return alone, generate(model, PROMPTS, seed=SEEDS, batch_size=3, **COMMON, **kw).tokens
+
+
+def moved(run) -> int:
+    alone, batched = run
+    return sum(not torch.equal(batched[i], a) for i, a in enumerate(alone))
+
+
 @pytest.mark.slow
-def test_sharing_one_forward_changes_sequences():
-    """The mutant: the batch shares each forward (``batch_invariant=False``) on a model whose forward
-    depends on its row count; the check above fails. With the default per-sequence calls the same
-    model gives every sequence its tokens alone."""
+def test_a_forward_that_depends_on_its_row_count_fails_the_check():
+    """Mutant 1: the model's whole forward depends on its row count; deterministic mode does not
+    hide it (the check above fails); only the per-sequence fallback gives every sequence its
+    tokens alone."""
     model = rounding_by_row_count(random_model())
-    common = dict(layout=LAYOUT, uncond=UNCOND, cfg=3.0, top_k=64, method="scd-mc", window=16)
-    seeds = [10 + i for i in range(len(PROMPTS))]
-    alone = [generate(model, p, seed=[s], **common).tokens[0] for p, s in zip(PROMPTS, seeds, strict=True)]
-    shared = generate(model, PROMPTS, seed=seeds, batch_invariant=False, **common).tokens
-    assert any(not torch.equal(shared[i], a) for i, a in enumerate(alone))
-    own = generate(model, PROMPTS, seed=seeds, **common).tokens
-    assert all(torch.equal(own[i], a) for i, a in enumerate(alone))
+    assert moved(alone_and_batched(model, deterministic=True)) > 0
+    assert moved(alone_and_batched(model, deterministic="per-sequence")) == 0
+
+
+@pytest.mark.slow
+def test_a_linear_kernel_that_rounds_by_row_count_fails_the_check(monkeypatch):
+    """Mutant 2: the row-invariant linear replaced by one whose result depends on its row count
+    (a kernel that blocks by shape); the check fails. The real kernels on the same model pass."""
+    model = random_model()
+    assert moved(alone_and_batched(model, deterministic=True)) == 0
+
+    def by_rows(plan, input, weight, bias=None):
+        rows = input.reshape(-1, input.shape[-1]).shape[0]
+        return torch.nn.functional.linear(input, weight * (1 + 1e-4 * rows), bias)
+
+    monkeypatch.setattr(invariant.Plan, "__call__", by_rows)
+    assert moved(alone_and_batched(model, deterministic=True)) > 0

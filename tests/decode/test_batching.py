@@ -69,7 +69,7 @@ def test_refilled_batches_are_exact_per_sequence(method):
     n = 20_000
     parts = METHODS[method].build(4, **({"tree_depth": 3, "tree_width": 2} if "pac" in method else {}))
     rows = [prompts[i % 2] for i in range(2 * n)]
-    decoder = make_decoder(tiny, lay, plain, parts, batch_invariant=False)  # 64 rows share each forward
+    decoder = make_decoder(tiny, lay, plain, parts)  # 64 rows share each forward
     tokens, stats = decoder.run(rows, list(range(2 * n)), batch_size=64)
     assert len(set(stats.sequence_nfe)) > 1  # sequences did finish at different iterations
     exact = [exact_distribution(tiny, lay, plain, p) for p in prompts]

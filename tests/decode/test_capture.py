@@ -137,3 +137,32 @@ def test_generate_compile_refuses_job_runs(tmp_path):
     prompts.write_text("red heart\n")
     res = CliRunner().invoke(main, ["generate", "--compile", "--prompts", str(prompts), "--model", "random"])
     assert res.exit_code == 2 and "--compile applies to one sheet" in res.output
+
+
+def test_a_step_that_fails_to_compile_falls_back_to_eager_with_a_warning(monkeypatch):
+    """A compile error (inductor cannot build a kernel on some device) is raised before the graph
+    runs: the engine warns once and decodes on with the eager step, the tokens eager's."""
+    from jacobigen.decode import engine
+
+    def broken(step, how):
+        def fail(*args):
+            raise torch._dynamo.exc.TorchDynamoException("inductor found no kernel for this device")
+
+        return fail
+
+    model = random_model()
+    eager = _run(model, "scd-mc", [3]).tokens
+    monkeypatch.setattr(engine, "captured", broken)
+    with pytest.warns(UserWarning, match="the compiled step failed to build"):
+        fallen = _run(model, "scd-mc", [3], compile=True).tokens
+    assert torch.equal(fallen, eager)
+
+
+def test_deterministic_compiles_to_one_graph_with_its_own_eager_tokens():
+    torch._dynamo.reset()
+    model = random_model()
+    eager = _run(model, "scd-mc", [3], deterministic=True).tokens
+    before = compile_counts()
+    compiled = _run(model, "scd-mc", [3], compile="eager", deterministic=True).tokens
+    assert compile_counts()["graph_breaks"] == before["graph_breaks"]
+    assert torch.equal(compiled, eager)

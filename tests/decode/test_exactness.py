@@ -136,7 +136,7 @@ def test_budgeted_trees_are_exact(model, exact, budget, sampling):
     assert pvalue(model, exact, parts, True, sampling) > PASS
     s = SAMPLINGS[sampling]
     rows = ([PROMPT, UNCOND] if s.guided else [PROMPT]) * 500
-    _, stats = make_decoder(model, layout(True), s, parts, batch_invariant=False).run(rows, list(range(500)))
+    _, stats = make_decoder(model, layout(True), s, parts).run(rows, list(range(500)))
     assert sum(stats.sibling_tokens) > 0
 
 

@@ -76,13 +76,15 @@ def pixels(b64: str) -> np.ndarray:
 
 
 def offline(prompt: str, seed: int, method: str, window: int) -> np.ndarray:
-    """The image `jacobigen generate PROMPT --seed SEED --method METHOD --window WINDOW` makes."""
-    _, images = bundle().generate([prompt], method=method, window=window, seed=[seed])
+    """The image `jacobigen generate PROMPT --seed SEED --method METHOD --window WINDOW --deterministic`
+    makes."""
+    _, images = bundle().generate([prompt], method=method, window=window, seed=[seed], deterministic=True)
     return np.array(images[0])
 
 
 def check_offline(response: dict, prompt: str) -> None:
-    """Every image of a response equals offline generation with its seed, method and window."""
+    """Every image of a response equals offline generation with its seed, method and window (a server
+    started with ``deterministic=True``)."""
     for image in response["data"]:
         want = offline(prompt, image["seed"], image["method"], image["window"])
         assert np.array_equal(pixels(image["b64_json"]), want), (prompt, image["seed"], image["method"])

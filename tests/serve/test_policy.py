@@ -18,7 +18,8 @@ def test_window_narrows_as_the_batch_fills():
 def test_a_request_joins_the_rung_of_a_nearby_load_only():
     policy = WindowPolicy(max_batch=8)
     longest, ar = Group(BEST, 32, SAMPLING), Group("ar", 1, SAMPLING)
-    assert policy.fits(longest, 1, SAMPLING) and policy.fits(longest, 3, SAMPLING)
+    assert policy.fits(longest, 1, SAMPLING) and policy.fits(longest, 2, SAMPLING)
+    assert not policy.fits(longest, 3, SAMPLING)
     assert not policy.fits(longest, 16, SAMPLING) and policy.fits(ar, 16, SAMPLING)
     assert not policy.fits(longest, 1, SamplingConfig(cfg=1.0))  # other sampling: another engine
     two = WindowPolicy(8, ((BEST, 16), ("ar", 1)), (0.5,))  # calibrated down to two rungs

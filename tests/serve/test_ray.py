@@ -20,7 +20,11 @@ def test_two_replicas_serve_the_same_images():
     ray.init(num_cpus=2, include_dashboard=False)
     try:
         serve.start(http_options={"host": "127.0.0.1", "port": port})
-        serve.run(application("default", Settings(max_batch=2), replicas=2), name="jacobigen", route_prefix="/")
+        serve.run(
+            application("default", Settings(max_batch=2, deterministic=True), replicas=2),
+            name="jacobigen",
+            route_prefix="/",
+        )
         status = serve.status().applications["jacobigen"].deployments["jacobigen"]
         assert status.replica_states.get("RUNNING") == 2
         bodies = [

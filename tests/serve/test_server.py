@@ -1,5 +1,6 @@
-"""The server through HTTP on loopback: concurrent requests batched together give the images offline
-generation gives; progress streams; bad input, a full queue, a deadline, a client that leaves."""
+"""The server through HTTP on loopback: concurrent requests share each forward and, with
+``--deterministic``, give the images offline generation gives; progress streams; bad input, a full
+queue, a deadline, a client that leaves."""
 
 import http.client
 import json
@@ -9,22 +10,25 @@ import pytest
 
 from .live import call, check_offline, metric, serving
 
-REQUESTS = [
+REQUESTS = [  # one group (method, window, sampling): they share a batch
     {"prompt": "red heart", "seed": 1, "method": "scd-mc", "window": 16},
-    {"prompt": "sun", "seed": 2, "method": "sjd", "window": 8},
-    {"prompt": "grinning face", "seed": 3, "n": 2},  # auto: the policy picks, the response says what
+    {"prompt": "sun", "seed": 2, "method": "scd-mc", "window": 16},
+    {"prompt": "grinning face", "seed": 3, "n": 2, "method": "scd-mc", "window": 16},
 ]
 
 
 @pytest.fixture(scope="module")
 def url():
-    with serving(max_batch=4) as base:
+    with serving(max_batch=4, deterministic=True) as base:
         yield base
 
 
-def test_concurrent_requests_equal_offline_generation(url):
-    with ThreadPoolExecutor(len(REQUESTS)) as pool:
-        answers = list(pool.map(lambda body: call(f"{url}/v1/images/generations", body), REQUESTS))
+def test_concurrent_requests_share_forwards_and_equal_offline_generation():
+    with serving(max_batch=4, deterministic=True) as url:
+        with ThreadPoolExecutor(len(REQUESTS)) as pool:
+            answers = list(pool.map(lambda body: call(f"{url}/v1/images/generations", body), REQUESTS))
+        image_forwards, calls = metric(url, "jacobigen_forwards_total"), metric(url, "jacobigen_model_calls_total")
+    assert calls < 0.75 * image_forwards, (calls, image_forwards)  # four images, mostly in one forward
     for body, (status, response, _) in zip(REQUESTS, answers, strict=True):
         assert status == 200, response
         assert [img["seed"] for img in response["data"]] == list(range(body["seed"], body["seed"] + body.get("n", 1)))
@@ -81,6 +85,7 @@ def test_a_client_that_leaves_frees_its_row(url):
         (b"{not json", 400, "body"),
         (json.dumps({"prompt": "sun", "top_p": 2}).encode(), 400, "top_p"),
         (json.dumps({"prompt": "sun", "method": "nope"}).encode(), 400, "method"),
+        (json.dumps({"prompt": "sun", "method": "pjd"}).encode(), 400, "method"),  # batch-dependent blocks
         (json.dumps({"prompt": "x" * 20000}).encode(), 413, "body"),
     ],
 )

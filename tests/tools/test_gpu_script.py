@@ -42,6 +42,13 @@ def test_tiny_run_writes_every_part(tmp_path):
     assert [(r["method"], r["window"]) for r in over["runs"]] == [("ar", 1), ("sjd", 32), ("sjd-pac", 32)]
     for r in over["runs"]:
         assert r["nfe"] >= 2 and r["forward_ms_per_iter"] > 0 and r["bookkeeping_ms_per_iter"] >= 0
+    batch = report["batch"]
+    assert batch["status"] == "ok", batch.get("error")
+    got = [(r["method"], r["mode"], r["batch"]) for r in batch["runs"]]
+    assert got == [(m, mode, b) for mode in ("shared", "deterministic") for m in ("ar", "scd-mc") for b in (1, 2)]
+    assert (
+        all(r["images_per_second"] > 0 for r in batch["runs"]) and "## Batches" in (tmp_path / "measure.md").read_text()
+    )
     comp = report["compiled"]
     assert comp["status"] == "ok", comp.get("error")
     assert [r["method"] for r in comp["runs"]] == ["ar", "sjd-pac"]

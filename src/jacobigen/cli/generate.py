@@ -210,7 +210,13 @@ def _generate_folder(texts, num_images, model: ModelChoice, decoding: Decoding, 
         bar = tqdm(total=todo, unit="img", disable=not decoding.progress)
         t0 = time.perf_counter()
         run: dict = {}
-        gen_options = dict(method=spec.name, window=window, **decoding.options, **decoding.sampling)
+        gen_options = dict(
+            method=spec.name,
+            window=window,
+            deterministic=decoding.deterministic,
+            **decoding.options,
+            **decoding.sampling,
+        )
         if not todo:
             pass
         elif folder.use_ray:

@@ -213,13 +213,21 @@ def bench(
     help="Runs per setting; the fastest is reported.",
 )
 @click.option(
+    "--modes",
+    default="shared,deterministic",
+    show_default=True,
+    callback=_csv(click.Choice(["shared", "deterministic", "per-sequence"])),
+    help="How the batch runs its forward: shared (the default of generate), deterministic (shared, on "
+    "row-invariant kernels), per-sequence (each sequence its own forwards).",
+)
+@click.option(
     "--out",
     "out_dir",
     type=click.Path(file_okay=False, path_type=Path),
     default=Path("bench-out/throughput"),
     show_default=True,
 )
-def throughput(model: ModelChoice, method_names, batch_sizes, n_images, window, repeats, out_dir):
+def throughput(model: ModelChoice, method_names, batch_sizes, n_images, window, repeats, modes, out_dir):
     """Images/s and tokens/s against batch size; write throughput.json, .md and .png."""
     from ..tools.throughput import markdown, run_throughput, write_report
 
@@ -227,7 +235,9 @@ def throughput(model: ModelChoice, method_names, batch_sizes, n_images, window, 
         raise click.BadParameter("batch sizes must be >= 1", param_hint="--batch")
     check_writable(out_dir, "--out", folder=True)
     bundle = model.load()
-    rows, info = run_throughput(bundle, method_names, batch_sizes, n_images, window, repeats, model_spec=model.spec)
+    rows, info = run_throughput(
+        bundle, method_names, batch_sizes, n_images, window, repeats, model_spec=model.spec, modes=tuple(modes)
+    )
     write_report(rows, info, out_dir, {"model": bundle.name, "sampling": bundle.defaults, "window": window})
     click.echo(markdown(rows, info))
     click.echo(f"wrote {out_dir}/: throughput.json, throughput.md, throughput.png")

@@ -93,6 +93,7 @@ class Decoding:
     stats_path: Path | None = None
     progress: bool = True
     window_given: bool = False  # --window on the command line, not its default
+    deterministic: bool = False  # --deterministic: tokens bit-identical in any batch (row-invariant kernels)
 
     def seeds(self, n: int) -> list[int]:
         """The seeds of ``n`` images (image i gets seed + i), checked before any work."""
@@ -161,6 +162,7 @@ class Decoding:
             window=self.window,
             batch_size=self.batch_size,
             progress=self.progress,
+            deterministic=self.deterministic,
             **self.options,
             **self.sampling,
             **more,
@@ -265,6 +267,13 @@ def decoding_options(method: str = "auto", window: str = "auto"):
             help="Also write the decoding statistics as JSON.",
         ),
         click.option("--progress/--no-progress", default=True, show_default=True),
+        click.option(
+            "--deterministic",
+            is_flag=True,
+            help="Each image's tokens bit-identical alone and in any batch (the batch's shared forward runs on "
+            "row-invariant kernels; docs/api.md gives the price). Without it the distribution is the same, and "
+            "a draw within rounding of a boundary may differ with the batch.",
+        ),
     ]
 
     def build(kw):
@@ -278,6 +287,7 @@ def decoding_options(method: str = "auto", window: str = "auto"):
                 options=options_of(kw.pop("options")),
                 stats_path=kw.pop("stats_path"),
                 progress=kw.pop("progress"),
+                deterministic=kw.pop("deterministic"),
                 window_given=click.get_current_context().get_parameter_source("window") is not ParameterSource.DEFAULT,
             )
         }

@@ -13,6 +13,7 @@ from ..core.layout import ImageLayout
 from ..core.sampling import SamplingConfig
 from ..core.stats import DecodeStats
 from ..parts.tree import MAX_NODES
+from .engine import PER_SEQUENCE, Determinism
 from .jacobi import JacobiDecoder, Parts
 from .methods import Method, get_method
 
@@ -33,9 +34,14 @@ def make_decoder(
     timing: bool = False,
     latents: torch.Tensor | None = None,
     compile: bool | str = False,
-    batch_invariant: bool = True,
+    deterministic: Determinism = False,
 ) -> JacobiDecoder:
-    return JacobiDecoder(model, layout, sampling, parts, timing, latents, compile, batch_invariant)
+    return JacobiDecoder(model, layout, sampling, parts, timing, latents, compile, deterministic)
+
+
+def check_deterministic(value) -> None:
+    if not (isinstance(value, bool) or value == PER_SEQUENCE):
+        raise ConfigError(f"deterministic must be True, False or {PER_SEQUENCE!r}, got {value!r}")
 
 
 def _ids(row, name: str) -> list:
@@ -107,7 +113,7 @@ def generate(
     timing: bool = False,
     latents: torch.Tensor | None = None,
     compile: bool | str = False,
-    batch_invariant: bool = True,
+    deterministic: Determinism = False,
     **options,
 ) -> Generation:
     """Sample image token grids for one prompt (list of ids) or a batch of prompts.
@@ -116,12 +122,12 @@ def generate(
     seeds with a single prompt samples that prompt once per seed. With ``cfg``
     other than 1, ``uncond`` is the unconditional prompt (one for all, or one per sequence).
     ``batch_size`` caps the sequences decoded together (default: all at once); when it is
-    smaller, a finished sequence's row takes the next waiting one. Each sequence's tokens depend
-    only on its prompt and seed, never on the batch it ran in: with ``batch_invariant`` (the
-    default) each sequence gets its own forward calls (a matmul rounds by its row count), so its
-    tokens are bit-identical alone and batched in any dtype; ``batch_invariant=False`` lets the
-    batch share one forward (faster where batching pays, a GPU; the distribution is the same, a
-    float32 draw near a boundary may then differ).
+    smaller, a finished sequence's row takes the next waiting one. The batch shares each forward;
+    a sequence's distribution never depends on its batch (its draws are keyed by its own seed).
+    ``deterministic=True`` also makes its tokens bit-identical alone and in any batch: the shared
+    forward runs on row-invariant kernels (:mod:`jacobigen.core.invariant`; a matmul otherwise
+    rounds by its row count, which moves a draw that lands within rounding of a boundary);
+    ``"per-sequence"`` gives each sequence its own forward calls instead (the slow fallback).
     ``timing=True`` syncs an accelerator around each forward so that ``stats.forward_time`` is
     real (on a CPU it always is; on a GPU it is None otherwise, and the loop never waits).
     ``latents`` [image ids, d] place the image ids for GSD/LANTERN's neighbours (a VQ codebook;
@@ -145,13 +151,19 @@ def generate(
         raise ConfigError(f"compile must be True, False or a torch.compile backend name, got {compile!r}")
     sampling = SamplingConfig(temperature=temperature, top_k=top_k, top_p=top_p, cfg=cfg)
     rows, seeds = prompt_rows(prompt, seed, uncond, sampling.guided)
+    if "batch_invariant" in options:
+        raise ConfigError(
+            "batch_invariant was replaced by deterministic: the batch now shares each forward by default; "
+            "deterministic=True keeps tokens bit-identical across batches (docs/api.md)"
+        )
     parts = spec.build(window, **options)
-    for name, flag in (("progress", progress), ("timing", timing), ("batch_invariant", batch_invariant)):
+    for name, flag in (("progress", progress), ("timing", timing)):
         if not isinstance(flag, bool):
             raise ConfigError(f"{name} must be True or False, got {flag!r}")
+    check_deterministic(deterministic)
     if latents is not None and not (isinstance(latents, torch.Tensor) and latents.ndim == 2):
         raise ConfigError(f"latents must be a 2-D tensor [image ids, d] (a VQ codebook), got {type(latents).__name__}")
-    decoder = make_decoder(model, layout, sampling, parts, timing, latents, compile, batch_invariant)
+    decoder = make_decoder(model, layout, sampling, parts, timing, latents, compile, deterministic)
     tokens, stats = decoder.run(rows, seeds, progress, batch_size)
     stats.lossless = spec.lossless
     return Generation(tokens, layout.grid(tokens), stats, spec)

@@ -1,4 +1,4 @@
-"""The batch scheduler beside the step: admit, refill, grow, cancel, compact.
+"""The batch beside the step (:class:`Batch`): admit, refill, grow, cancel, compact.
 
 B rows are in flight; each decodes one sequence and advances by its own accepted length. When a
 sequence finishes, its row takes the next waiting sequence (prefilled apart and moved into the
@@ -111,7 +111,11 @@ def model_prefixes(model, layout, prefixes: list[list[int]]) -> list[list[int]]:
 
 
 def capacity(engine: Engine, longest: int) -> int:
-    """Cache slots per row for prompt rows of at most ``longest`` tokens (header included)."""
+    """Cache slots per row for prompt rows of at most ``longest`` tokens (header included). When
+    deterministic, the slots of the longest prompt the model takes, whatever the batch holds:
+    attention's rounding depends on how many (masked) slots it reads."""
+    if engine.deterministic:
+        longest = engine.model.max_seq_len - engine.layout.length
     need = longest + engine.layout.length + engine.schedule.block_slack
     return -(-need // CAPACITY_STEP) * CAPACITY_STEP
 
@@ -153,52 +157,133 @@ def run(
     """Decode what ``source`` gives until no row runs and nothing waits: at most ``batch_size`` rows
     (None: as many as fit, planned for ``expected`` sequences), each with ``slots`` cache slots per
     model row. ``stats`` (indexed by the order of admission) records every iteration when given."""
-    model, layout, sched, dev = engine.model, engine.layout, engine.schedule, engine.device
-    group, length, drafter = engine.group, layout.length, engine.parts.drafter
     limit = batch_that_fits(
-        model, dev, expected or batch_size or 1, batch_size, group, slots, sched.slot_count, engine.parts.window
+        engine.model,
+        engine.device,
+        expected or batch_size or 1,
+        batch_size,
+        engine.group,
+        slots,
+        engine.schedule.slot_count,
+        engine.parts.window,
     )
-    b = min(source.waiting(), limit)
-    if not b:
-        return
-    cache = model.new_cache(b * group, slots)
-    fl = _empty_flight(b, group, sched.board_width, length, dev)
-    vocab = model.vocab_size
-    sched.start(b, vocab, cache)
-    drafter.start(b, sched.slot_count, vocab, dev)
-    engine.nfe, engine.forward_time = 0, 0.0
-    keys: list = []  # the source's key of each sequence, by order of admission (what fl.seq holds)
+    rows = min(source.waiting(), limit)
+    if rows:
+        Batch(engine, source, limit, rows, slots, stats).run()
 
-    def select(rows: torch.Tensor) -> None:
+
+class Batch:
+    """The rows in flight over one shared cache, and the four things done to them around the step:
+    :meth:`admit` waiting sequences into free (or new) rows, :meth:`step` all rows with one shared
+    forward, :meth:`retire` finished and cancelled ones, :meth:`compact` the batch once nothing waits.
+    ``keys`` holds the source's key of each sequence by order of admission (what ``flight.seq`` holds)."""
+
+    def __init__(self, engine: Engine, source: Sequences, limit: int, rows: int, slots: int, stats=None):
+        self.engine, self.source, self.limit, self.stats = engine, source, limit, stats
+        self.group, self.length, self.device = engine.group, engine.layout.length, engine.device
+        self.cache = engine.model.new_cache(rows * self.group, slots)
+        self.flight = _empty_flight(rows, self.group, engine.schedule.board_width, self.length, self.device)
+        vocab = engine.model.vocab_size
+        engine.schedule.start(rows, vocab, self.cache)
+        engine.parts.drafter.start(rows, engine.schedule.slot_count, vocab, self.device)
+        engine.nfe, engine.forward_time = 0, 0.0
+        self.keys: list = []
+
+    def run(self) -> None:
+        self.admit()
+        running = self.flight.committed < self.length
+        while True:
+            running, changed = self.step(running)
+            if changed or (self.flight.seq.shape[0] < self.limit and self.source.waiting()):
+                if self.source.waiting():
+                    self.admit()
+                running = self.flight.committed < self.length
+                n_running = int(running.sum())
+                if not n_running:
+                    return
+                if not self.source.waiting() and (changed > 1 or 4 * (len(running) - n_running) >= len(running)):
+                    running = self.compact(running)
+
+    def step(self, running: torch.Tensor) -> tuple[torch.Tensor, int]:
+        """One iteration of every row; returns the rows still running and whether rows finished (1)
+        or were cancelled (2) (0: neither)."""
+        fl, sched = self.flight, self.engine.schedule
+        done_now = self.engine.step(fl, self.cache, running)
+        step = done_now.tokens
+        fl.committed = fl.committed + step
+        fl.live = running
+        fl.when = torch.where(sched.settled(fl) & (fl.when < 0), fl.iteration[:, None], fl.when)
+        if self.stats:
+            self.stats.record(fl.seq, step, running, done_now.nodes, done_now.off_spine)
+        was, running = running, fl.committed < self.length
+        done = was & ~running
+        if self.source.watching:  # the one host read of the iteration
+            n_done, n_tokens = torch.stack([done.sum(), step.sum()]).tolist()
+            self.source.watch(fl, self.keys, n_tokens)
+        else:
+            n_done = int(done.sum())
+        if n_done:
+            self.retire(done)
+        return running, 2 if self.cancel() else int(n_done > 0)
+
+    def retire(self, done: torch.Tensor) -> None:
+        """Hand the finished rows' sequences to the source and free their rows."""
+        fl, length = self.flight, self.length
+        rows = done.nonzero().flatten()
+        keys = [self.keys[i] for i in fl.seq[rows].tolist()]
+        self.source.finish(keys, fl.board[rows, :length], fl.when[rows], fl.iteration[rows])
+        fl.seq = torch.where(done, -1, fl.seq)
+
+    def cancel(self) -> int:
+        """Free the rows of the sequences the source dropped; returns how many."""
+        gone = self.source.cancelled()
+        ids = [i for i, k in enumerate(self.keys) if k in gone] if gone else []
+        if not ids:
+            return 0
+        fl = self.flight
+        drop = torch.isin(fl.seq, torch.tensor(ids, device=self.device))
+        fl.seq = torch.where(drop, -1, fl.seq)
+        fl.committed = torch.where(drop, self.length, fl.committed)
+        return int(drop.sum())
+
+    def compact(self, running: torch.Tensor) -> torch.Tensor:
+        """Drop the rows not running (nothing waits to take them), so the forward stops paying for them."""
+        rows = running.nonzero().flatten()
+        self._select(rows)
+        return running[rows]
+
+    def _select(self, rows: torch.Tensor) -> None:
         """Keep batch rows ``rows`` (indices, in that order; a repeated row is a copy)."""
-        fl.select(rows, model_rows(rows, group))
-        sched.select(rows)
-        cache.select(model_rows(rows, group))
-        drafter.select(rows)
+        mrows = model_rows(rows, self.group)
+        self.flight.select(rows, mrows)
+        self.engine.schedule.select(rows)
+        self.cache.select(mrows)
+        self.engine.parts.drafter.select(rows)
 
-    def admit() -> None:
+    def admit(self) -> None:
         """Prefill the next waiting sequences into free rows, adding rows (up to the limit) if more wait."""
+        fl, dev, engine = self.flight, self.device, self.engine
         free = (fl.seq < 0).nonzero().flatten()
         rows_now = fl.seq.shape[0]
-        new = source.take(free.numel() + limit - rows_now)
+        new = self.source.take(free.numel() + self.limit - rows_now)
         if not new:
             return
         if len(new) > free.numel():  # the batch grows: new rows start as copies of row 0, then are freed
             extra = torch.zeros(len(new) - free.numel(), dtype=torch.int64, device=dev)
-            select(torch.cat([torch.arange(rows_now, device=dev), extra]))
-            fl.seq[rows_now:], fl.committed[rows_now:] = -1, length
+            self._select(torch.cat([torch.arange(rows_now, device=dev), extra]))
+            fl.seq[rows_now:], fl.committed[rows_now:] = -1, self.length
             free = torch.cat([free, torch.arange(rows_now, fl.seq.shape[0], device=dev)])
         free = free[: len(new)]
-        ids = list(range(len(keys), len(keys) + len(new)))
-        keys.extend(a.key for a in new)
-        mrows = model_rows(free, group)
+        ids = list(range(len(self.keys), len(self.keys) + len(new)))
+        self.keys.extend(a.key for a in new)
+        mrows = model_rows(free, self.group)
         pre = [row for a in new for row in a.rows]
-        blank = ids[0] == 0 and len(pre) == cache.rows  # the first admission fills the whole new cache
-        target = cache if blank else model.new_cache(len(pre), cache.capacity)
+        blank = ids[0] == 0 and len(pre) == self.cache.rows  # the first admission fills the whole new cache
+        target = self.cache if blank else engine.model.new_cache(len(pre), self.cache.capacity)
         row_seeds = torch.tensor([a.seed for a in new], dtype=torch.int64, device=dev)
         first = engine.prefill(pre, target, row_seeds)
-        if target is not cache:
-            cache.assign(mrows, target)
+        if target is not self.cache:
+            self.cache.assign(mrows, target)
         fresh = torch.zeros(fl.seq.shape[0], dtype=torch.bool, device=dev)
         fresh[free] = True
         fl.seq[free] = torch.tensor(ids, device=dev)
@@ -208,56 +293,10 @@ def run(
         fl.when[free] = -1
         fl.when[free, 0] = 0
         fl.live &= ~fresh
-        sched.admit(fl, fresh, first, cache)
-        drafter.reset(fresh)
-        if stats:
-            stats.admit(ids)
-
-    def cancel() -> int:
-        """Free the rows of the sequences the source dropped; returns how many."""
-        gone = source.cancelled()
-        ids = [i for i, k in enumerate(keys) if k in gone] if gone else []
-        if not ids:
-            return 0
-        drop = torch.isin(fl.seq, torch.tensor(ids, device=dev))
-        fl.seq = torch.where(drop, -1, fl.seq)
-        fl.committed = torch.where(drop, length, fl.committed)
-        return int(drop.sum())
-
-    admit()
-    running = fl.committed < length
-    while True:
-        step = engine.step(fl, cache, running)
-        fl.committed = fl.committed + step
-        fl.live = running
-        fl.when = torch.where(sched.settled(fl) & (fl.when < 0), fl.iteration[:, None], fl.when)
-        if stats:
-            stats.record(fl.seq, step, running, *sched.tally)
-        was, running = running, fl.committed < length
-        done = was & ~running
-        if source.watching:  # the one host read of the iteration
-            n_done, n_tokens = torch.stack([done.sum(), step.sum()]).tolist()
-            source.watch(fl, keys, n_tokens)
-        else:
-            n_done = int(done.sum())
-        if n_done:
-            rows = done.nonzero().flatten()
-            source.finish(
-                [keys[i] for i in fl.seq[rows].tolist()], fl.board[rows, :length], fl.when[rows], fl.iteration[rows]
-            )
-            fl.seq = torch.where(done, -1, fl.seq)
-        freed = cancel()
-        if n_done or freed or (fl.seq.shape[0] < limit and source.waiting()):
-            if source.waiting():
-                admit()
-            running = fl.committed < length
-            n_running = int(running.sum())
-            if not n_running:
-                break
-            if not source.waiting() and (freed or 4 * (fl.seq.shape[0] - n_running) >= fl.seq.shape[0]):
-                rows = running.nonzero().flatten()  # nothing waits: drop done (and cancelled) rows
-                select(rows)
-                running = running[rows]
+        engine.schedule.admit(fl, fresh, first, self.cache)
+        engine.parts.drafter.reset(fresh)
+        if self.stats:
+            self.stats.admit(ids)
 
 
 def _empty_flight(rows: int, group: int, width: int, length: int, device) -> Flight:

@@ -11,15 +11,25 @@ chain is verified exactly; the accepted path and the sampled token are committed
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from ..core.masks import BandMask, block_mask, causal
 from ..core.mrs import gather_rows
 from ..core.recording import recording
 from ..parts.drafters import Slots, earlier
-from ..parts.tree import AutoBudget, arrange, rank_candidates, select, universe
+from ..parts.tree import AutoBudget, TreeBlock, arrange, rank_candidates, select, universe
 from ..parts.verifiers import Window
-from .engine import Flight, ForwardBlock, Segments, per_model_row
+from .engine import Commit, Flight, ForwardBlock, Segments, per_model_row
+
+
+@dataclass
+class ChainBlock(ForwardBlock):
+    """The chain's block: with this iteration's tree (None: a plain chain) and its value per row."""
+
+    tree: TreeBlock | None = None
+    tree_value: torch.Tensor | None = None
 
 
 class Chain:
@@ -120,40 +130,44 @@ class Chain:
             previous,
         )
 
-    def segments(self, fl: Flight, slots: Slots, tokens: torch.Tensor, q: torch.Tensor) -> Segments:
-        self.tokens, self.q = tokens, q
-        return Segments(Window(tokens, q, *self.no_tree), slots.positions, self.size)
+    def segments(self, fl: Flight, slots: Slots, tokens, q, drafting, draws) -> Segments:
+        self.tokens, self.q = tokens, q  # the next window's old drafts
+        return Segments(Window(tokens, q, *self.no_tree), slots.positions, self.size, drafting, draws)
 
-    def block(self, fl: Flight, seg: Segments, cache) -> ForwardBlock:
+    def block(self, fl: Flight, seg: Segments, cache) -> ChainBlock:
         n, w = fl.committed, self.drafts
         last = (n - 1).clamp(min=0)[:, None]
         root = fl.board.gather(1, last)
         m = (self.length - 1 - n).clamp(0, w) if w else None  # no drafts: nothing to verify
-        tb = self.tree_block = self._tree(seg, root[:, 0], m) if self.levels and m is not None else None
-        if tb is None or m is None:  # a plain chain this iteration
+        tree = self._tree(seg, root[:, 0], m) if self.levels and m is not None else None
+        if tree is None or m is None:  # a plain chain this iteration
             assert self.band is not None  # laid out by start()
-            return ForwardBlock(
+            return ChainBlock(
                 torch.cat([root, seg.window.tokens], 1),
                 last + self.depths,
                 self.band(cache.lengths),
                 m,
                 n[:, None] + self.depths,
             )
+        tb, value = tree
         structure = per_model_row(tb.structure, cache.rows // n.shape[0])
-        return ForwardBlock(
+        return ChainBlock(
             tb.tokens,
             last + tb.depth,
             block_mask(cache.lengths, cache.capacity, structure),
             torch.minimum(m, tb.nodes.spine),
             n[:, None] + self.depths,
+            tb,
+            value,
         )
 
-    def _tree(self, seg: Segments, root: torch.Tensor, m: torch.Tensor):
-        """This iteration's trees (None when no row's tree holds a sibling: the chain's own path).
+    def _tree(self, seg: Segments, root: torch.Tensor, m: torch.Tensor) -> tuple[TreeBlock, torch.Tensor] | None:
+        """This iteration's trees and each row's tree value (None when no row's tree holds a
+        sibling: the chain's own path).
         A recorded step never reads the device here: it always lays out the tree, whose budget may
         leave it without a sibling (then it verifies and commits exactly as the chain would)."""
         uni, win, w, d = self.universe, seg.window, self.drafts, self.levels
-        assert uni is not None and seg.drafting is not None  # a tree's universe; drafting set by the step
+        assert uni is not None  # a tree's universe
         static = recording()
         if self.auto:
             self.auto.prepare(m)
@@ -171,16 +185,16 @@ class Chain:
         if not static and max(nodes.ranks) <= 1:
             return None
         win.tree = nodes
-        self.tree_value = (ranking.values * ((nodes.index >= 0) & ~uni.spine)).sum(1)
-        return arrange(nodes, root, win.tokens, win.cand, self.size)
+        value = (ranking.values * ((nodes.index >= 0) & ~uni.spine)).sum(1)
+        return arrange(nodes, root, win.tokens, win.cand, self.size), value
 
-    def commit(self, fl: Flight, seg: Segments, block: ForwardBlock, p, support, k, nxt, path, cache) -> torch.Tensor:
+    def commit(self, fl: Flight, seg: Segments, block: ChainBlock, p, support, k, nxt, path, cache) -> Commit:
         n = fl.committed
         active = n < self.length
         k = torch.where(active, k, 0)
         # the accepted path and the sampled token; entries past the path land where later commits
         # overwrite them, finished rows write into slack
-        tree = self.tree_block
+        tree = block.tree
         if self.drafts:
             accepted = block.tokens.gather(1, path[:, 1:]) if tree else block.tokens[:, 1:]
             fl.board.scatter_(1, n[:, None] + self.arange_w, accepted)
@@ -198,8 +212,6 @@ class Chain:
             off_spine = ((path[:, 1:] > self.spine[:, None]) & (self.arange_w < k[:, None])).sum(1)
         if self.auto:
             assert block.m is not None  # a tree has drafts
-            self.auto.update(
-                k - off_spine, off_spine, block.m, self.tree_value if tree else torch.zeros_like(k), active
-            )
-        self.tally = (self.size * active, off_spine)
-        return self.step
+            value = block.tree_value if block.tree_value is not None else torch.zeros_like(k)
+            self.auto.update(k - off_spine, off_spine, block.m, value, active)
+        return Commit(self.step, self.size * active, off_spine)

@@ -10,7 +10,10 @@ the drafter, the proactive tree and the verifier are the method's parts. The bat
 from __future__ import annotations
 
 import time
+import warnings
+from contextlib import nullcontext
 from dataclasses import dataclass
+from typing import Any, Final, Literal, NamedTuple, Protocol, cast
 
 import torch
 
@@ -18,13 +21,22 @@ from ..core.cache import CacheRows
 from ..core.contract import model_device, prompt_lengths, sync
 from ..core.draws import Draws
 from ..core.errors import WeightsError
+from ..core.invariant import install, row_invariant_kernels
 from ..core.masks import block_mask, prefix_structure
 from ..core.recording import recording
 from ..core.rng import Stream
 from ..core.sampling import SamplingConfig, TargetPipeline
+from ..parts.drafters import Slots
 from ..parts.verifiers import Window
-from .capture import captured
+from .capture import Graphed, captured
 from .replay import OpReplay, Replayed, recorder_for
+
+PER_SEQUENCE: Final = "per-sequence"
+Determinism = bool | Literal["per-sequence"]
+"""False: one shared forward per step, rounded as its kernels round (the distribution is exact; a
+sequence's float32 draw near a boundary may differ with its batch). True: the shared forward with
+row-invariant kernels (:mod:`jacobigen.core.invariant`): a sequence's tokens are bit-identical alone
+and in any batch. "per-sequence": the fallback, each sequence's own forward calls."""
 
 
 def model_rows(rows: torch.Tensor, group: int) -> torch.Tensor:
@@ -66,15 +78,18 @@ class Flight:
 class Segments:
     """The drafts of one iteration as the verifier sees them: S chains per batch row, flattened
     to [B * S] rows of W depths, with the positions of depths 1..W, the block nodes of each chain,
-    and the draws of each chain's sequence (a schedule with a tree draws its siblings under
-    ``drafting``, the iteration the drafts come from)."""
+    and the draws of each chain's sequence: ``drafting`` those of the iteration the drafts come
+    from (a tree draws its siblings under them), ``draws`` those of the verification. ``plan`` is
+    the schedule's own record of the iteration (None for the chain), handed on to its block and
+    commit."""
 
     window: Window
     positions: torch.Tensor  # [B * S, W]
     size: int  # block nodes per chain
+    drafting: Draws
+    draws: Draws
     per_row: int = 1  # S
-    drafting: Draws | None = None  # set by the step
-    draws: Draws | None = None  # of the verification, set by the step
+    plan: Any = None
 
 
 @dataclass
@@ -90,6 +105,39 @@ class ForwardBlock:
     depth_pos: torch.Tensor
 
 
+class Commit(NamedTuple):
+    """What one iteration did to each batch row [B]: tokens committed, block nodes evaluated, and
+    tokens committed from off-spine tree nodes."""
+
+    tokens: torch.Tensor
+    nodes: torch.Tensor
+    off_spine: torch.Tensor
+
+
+class Schedule(Protocol):
+    """Which positions enter each block and how they are verified and committed (:mod:`.chain`,
+    :mod:`.pjd`). What one iteration decides travels as returned values: ``slots`` -> ``segments``
+    -> ``block`` -> ``commit``; only what the next iteration reads stays on the schedule."""
+
+    @property
+    def board_width(self) -> int: ...  # columns of the flight's board
+    @property
+    def slot_count(self) -> int: ...  # draft slots per row (the drafter's state)
+    @property
+    def block_slack(self) -> int: ...  # cache slots past the image a block may write into
+
+    def start(self, rows: int, vocab: int, cache) -> None: ...
+    def admit(self, fl: Flight, fresh: torch.Tensor, first: torch.Tensor, cache) -> None: ...
+    def select(self, rows: torch.Tensor) -> None: ...
+    def settled(self, fl: Flight) -> torch.Tensor: ...
+    def slots(self, fl: Flight) -> Slots: ...
+    def segments(
+        self, fl: Flight, slots: Slots, tokens: torch.Tensor, q: torch.Tensor, drafting: Draws, draws: Draws
+    ) -> Segments: ...
+    def block(self, fl: Flight, seg: Segments, cache) -> ForwardBlock: ...
+    def commit(self, fl: Flight, seg: Segments, block, p, support, k, nxt, path, cache) -> Commit: ...
+
+
 class Engine:
     """Model access and the step, for one (model, layout, sampling, parts, schedule)."""
 
@@ -99,18 +147,26 @@ class Engine:
         layout,
         sampling: SamplingConfig,
         parts,
-        schedule,
+        schedule: Schedule,
         targets: TargetPipeline,
         timing: bool = False,
         compile: bool | str = False,
-        batch_invariant: bool = True,
+        deterministic: Determinism = False,
     ):
         self.model, self.layout, self.parts, self.schedule = model, layout, parts, schedule
         self.device = model_device(model)
         self.last_position = model.max_seq_len - 1
         self.group = 2 if sampling.guided else 1
         self.targets_of = targets
-        self.invariant = batch_invariant
+        self.deterministic = deterministic
+        if deterministic is True and not install(model):
+            warnings.warn(
+                "deterministic: this machine's matrix kernel rounds some of the model's products by their row "
+                "count whatever the padding or chunking, so each sequence runs its own forward calls",
+                stacklevel=3,
+            )
+            self.deterministic = PER_SEQUENCE
+        self._kernels = row_invariant_kernels if self.deterministic is True else nullcontext
         self.timed = timing and self.device.type == "cuda" and not compile  # timing syncs only when asked
         self.nfe, self.forward_time = 0, 0.0
         recorder = recorder_for(self.device, compile)
@@ -118,6 +174,20 @@ class Engine:
         # the stand-in records ATen ops as they run: it takes the step as it is
         step = captured(self._step, compile) if compile and recorder is not OpReplay else self._step
         self._advance = Replayed(step, self._state, recorder) if recorder else step
+        self._whole = step is not self._step  # the whole step compiled: fall back if that fails
+
+    def _fall_back(self, error: Exception) -> None:
+        """The whole-step graph failed to compile (on some devices inductor cannot build a kernel
+        of it): run the eager step from now on, its forwards replayed as CUDA graphs on CUDA. A
+        compile error is raised before the graph runs, so no state has moved."""
+        warnings.warn(
+            f"the compiled step failed to build ({type(error).__name__}: {str(error)[:200]}); decoding goes on "
+            "with the eager step" + (" and CUDA-graphed forwards" if self.device.type == "cuda" else ""),
+            stacklevel=4,
+        )
+        if self.device.type == "cuda":
+            self.model = Graphed(self.model)
+        self._advance, self._whole = self._step, False
 
     def _state(self, fl: Flight, cache) -> tuple:
         """The objects whose attributes are the step's state (what a replayed step keeps in place)."""
@@ -147,22 +217,22 @@ class Engine:
         self.forward_time += time.perf_counter() - t0
         return logits
 
-    def _sequences(self, cache, rows: int) -> list[tuple]:
-        """(cache view, row slice) of each model call: with batch invariance one per sequence (its
-        model rows), so that a sequence's logits never depend on the batch (a matmul's rounding
-        depends on its row count: CPU and GPU kernels pick their blocking by shape, and everything
-        else is row by row); else the whole batch at once."""
-        g = self.group if self.invariant else rows
+    def _sequences(self, cache, rows: int, alone: bool = False) -> list[tuple]:
+        """(cache view, row slice) of each model call: the whole batch at once (a shared forward),
+        or, with ``alone`` or ``deterministic="per-sequence"``, one call per sequence (its model rows)."""
+        g = self.group if alone or self.deterministic == PER_SEQUENCE else rows
         if rows <= g:
             return [(cache, slice(0, rows))]
         return [(CacheRows(cache, r, r + g), slice(r, r + g)) for r in range(0, rows, g)]
 
     def _call(self, tokens, positions, mask, cache, prompt_len: torch.Tensor) -> torch.Tensor:
-        """The model on these rows, one call per :meth:`_sequences` piece."""
-        out = [
-            self.model(tokens[s], positions[s], mask[s], view, **prompt_lengths(self.model, prompt_len[s]))
-            for view, s in self._sequences(cache, tokens.shape[0])
-        ]
+        """The model on these rows, one call per :meth:`_sequences` piece (row-invariant kernels when
+        deterministic)."""
+        with self._kernels():
+            out = [
+                self.model(tokens[s], positions[s], mask[s], view, **prompt_lengths(self.model, prompt_len[s]))
+                for view, s in self._sequences(cache, tokens.shape[0])
+            ]
         return out[0] if len(out) == 1 else torch.cat(out)
 
     @property
@@ -174,11 +244,12 @@ class Engine:
         return self.forward_time if self.timed or self.device.type == "cpu" else None
 
     def prefill(self, prefixes: list[list[int]], cache, seeds: torch.Tensor) -> torch.Tensor:
-        """The prompts (model rows, right-padded) into ``cache``: one forward, or with batch
-        invariance one per sequence at its own width; returns the first generated token of each
-        sequence, drawn as it would be alone."""
+        """The prompts (model rows, right-padded) into ``cache``: one forward, or when deterministic
+        one per sequence at its own width (attention rounds a query by how many share its block, so
+        a prompt padded to a longer one's width could round otherwise); returns the first generated
+        token of each sequence, drawn as it would be alone."""
         base = torch.tensor([len(p) for p in prefixes], device=self.device)
-        pieces = self._sequences(cache, len(prefixes))
+        pieces = self._sequences(cache, len(prefixes), alone=bool(self.deterministic))
         last = torch.cat([self._prefill(prefixes[rows], view, base[rows]) for view, rows in pieces])
         self.nfe += 1
         if bool((last.isnan() | last.isposinf()).any()):  # -inf is how adapters rule ids out; one read per admission
@@ -210,14 +281,17 @@ class Engine:
 
     # --- the step ---------------------------------------------------------------------------
 
-    def step(self, fl: Flight, cache, running: torch.Tensor) -> torch.Tensor:
-        """Draft, forward once, verify, commit. ``running`` [B]: rows not finished.
-        Returns the tokens each row committed [B]; the schedule's ``tally`` then holds the nodes
-        each row evaluated and the tokens it committed from off-spine tree nodes [B]."""
+    def step(self, fl: Flight, cache, running: torch.Tensor) -> Commit:
+        """Draft, forward once, verify, commit. ``running`` [B]: rows not finished."""
         self.nfe += 1
-        return self._advance(fl, cache, running)
+        if self._whole:
+            try:
+                return cast(Commit, self._advance(fl, cache, running))
+            except torch._dynamo.exc.TorchDynamoException as e:
+                self._fall_back(e)
+        return cast(Commit, self._advance(fl, cache, running))
 
-    def _step(self, fl: Flight, cache, running: torch.Tensor) -> torch.Tensor:
+    def _step(self, fl: Flight, cache, running: torch.Tensor) -> Commit:
         sched, parts = self.schedule, self.parts
         slots = sched.slots(fl)
         drafting = fl.draws  # drafts come from the last forward, under its iteration
@@ -225,10 +299,8 @@ class Engine:
             tokens, q = parts.drafter.draft(slots, drafting)
         else:
             tokens, q = slots.old_tokens, slots.old_q
-        seg = sched.segments(fl, slots, tokens, q)
-        seg.drafting = drafting.repeat(seg.per_row)
         fl.iteration = fl.iteration + running
-        seg.draws = fl.draws.repeat(seg.per_row)
+        seg = sched.segments(fl, slots, tokens, q, drafting, fl.draws)
         block = sched.block(fl, seg, cache)
         p, support = self.targets_of.with_support(self.forward(fl, block, cache), block.node_pos + 1)
         k, nxt, path = parts.verifier.verify(

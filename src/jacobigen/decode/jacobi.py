@@ -19,7 +19,7 @@ from ..parts.tree import ProactiveTree
 from ..parts.verifiers import Verifier
 from .batching import decode
 from .chain import Chain
-from .engine import Engine
+from .engine import Determinism, Engine
 from .pjd import RowParallel, Rows
 
 
@@ -47,7 +47,7 @@ class JacobiDecoder:
         timing: bool = False,
         latents=None,
         compile: bool | str = False,
-        batch_invariant: bool = True,
+        deterministic: Determinism = False,
     ):
         if parts.window < 1:
             raise ConfigError(f"window must be >= 1, got {parts.window}")
@@ -60,7 +60,7 @@ class JacobiDecoder:
         else:
             schedule = Chain(layout, parts.window, parts.tree, targets, device)
         parts.verifier.bind(model, layout, latents)  # relaxed verifiers look up their neighbours once
-        self.engine = Engine(model, layout, sampling, parts, schedule, targets, timing, compile, batch_invariant)
+        self.engine = Engine(model, layout, sampling, parts, schedule, targets, timing, compile, deterministic)
 
     def run(self, prefixes: list[list[int]], seeds: list[int], progress: bool = False, batch_size: int | None = None):
         """prefixes: one token list per model row (cond, uncond interleaved when guided);

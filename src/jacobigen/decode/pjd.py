@@ -34,7 +34,7 @@ Lossy for ``c < C``: lower rows condition on an incomplete row above.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -46,7 +46,7 @@ from ..core.rng import Stream
 from ..parts.drafters import Slots, earlier
 from ..parts.tree import arrange, rank_candidates, select, universe
 from ..parts.verifiers import Window
-from .engine import Flight, ForwardBlock, Segments, model_rows, per_model_row
+from .engine import Commit, Flight, ForwardBlock, Segments, model_rows, per_model_row
 
 TREE_BUDGET = 3  # rows have no window to carve a tree from: a few siblings, added to each row
 
@@ -113,6 +113,27 @@ class Plan:
     shared: torch.Tensor  # the anchor is a committed, uncached tail: kept, seen by lower rows
     top: torch.Tensor  # [B] top row (R when finished)
     live: torch.Tensor  # [B] sequence not finished
+
+
+@dataclass
+class Iteration:
+    """This iteration's decisions, handed from ``slots`` on: the plan, the segments and drafts the
+    block holds (``a_t`` segments of ``w_t`` drafts), which slots lie inside their rows, and once
+    drafted, every segment's drafts and their q."""
+
+    plan: Plan
+    a_t: int
+    w_t: int
+    inside: torch.Tensor  # [B, A, W]
+    drafts: torch.Tensor | None = None  # [B, A, W]
+    q: torch.Tensor | None = None  # [B, A, W, V]
+
+
+@dataclass
+class RowsBlock(ForwardBlock):
+    """PJD's block, with which of its nodes are real ([B, A_t, size])."""
+
+    node_ok: torch.Tensor | None = None
 
 
 @dataclass
@@ -266,12 +287,12 @@ class Rows:
         then each row's window slots. A slot's belief is the newest target for its position from
         the last forward, else the layout prior; an earlier draft with no newer target stays as it
         was (its q still holds)."""
-        plan = self.now = self.plan(self.cnt, self.uncached)
+        plan = self.plan(self.cnt, self.uncached)
         a = plan.rows.shape[1]
         if recording():  # a recorded step keeps every segment slot: one block shape
-            self.a_t, self.w_t = a, self.wd
+            a_t, w_t = a, self.wd
         else:
-            self.a_t, self.w_t = torch.stack(
+            a_t, w_t = torch.stack(
                 [(plan.in_block * torch.arange(1, a + 1, device=self.device)).max(), plan.w.max()]
             ).tolist()
         b, wd = plan.rows.shape[0], self.wd
@@ -293,7 +314,6 @@ class Rows:
         jo = j.clamp(0, max(wd - 1, 0))
         old_tokens = mem.tokens[sb, rel_c[..., None], jo]
         old_q = mem.q[sb, rel_c[..., None], jo]
-        self.inside = inside
         settled = self.settled(fl)
         last = settled.shape[1] - 1  # the board's one more column is scratch
         previous = earlier(
@@ -307,27 +327,30 @@ class Rows:
             old_q.flatten(1, 2),
             has_old.flatten(1),
             previous=torch.where(inside.flatten(1), previous, -1),
+            plan=Iteration(plan, a_t, w_t, inside),
         )
 
-    def segments(self, fl: Flight, slots: Slots, tokens: torch.Tensor, q: torch.Tensor) -> Segments:
-        b, a = self.now.rows.shape
+    def segments(self, fl: Flight, slots: Slots, tokens, q, drafting, draws) -> Segments:
+        it: Iteration = slots.plan
+        b, a = it.plan.rows.shape
         wd, v = self.wd, q.shape[-1]
         stay = slots.has_old & ~slots.has_belief
         tokens = torch.where(stay, slots.old_tokens, tokens).view(b, a, wd)
         q = torch.where(stay[..., None], slots.old_q, q).view(b, a, wd, v)
-        fl.board.scatter_(
-            1, torch.where(self.inside.flatten(1), slots.positions, self.layout.length), tokens.flatten(1)
-        )
-        self.drafts, self.q = tokens, q
-        a_t, w_t = self.a_t, self.w_t
+        fl.board.scatter_(1, torch.where(it.inside.flatten(1), slots.positions, self.layout.length), tokens.flatten(1))
+        a_t, w_t = it.a_t, it.w_t
         d, qd = tokens[:, :a_t, :w_t].flatten(0, 1), q[:, :a_t, :w_t].flatten(0, 1)
-        apos = self.now.anchor_pos[:, :a_t]
+        apos = it.plan.anchor_pos[:, :a_t]
         positions = (apos[..., None] + 1 + torch.arange(w_t, device=self.device)).flatten(0, 1)
         none = torch.zeros(b * a_t, 0, 1, dtype=torch.int64, device=self.device)
-        return Segments(Window(d, qd, none, none.bool()), positions, self.size(w_t), per_row=a_t)
+        window = Window(d, qd, none, none.bool())
+        drafting, draws = drafting.repeat(a_t), draws.repeat(a_t)
+        it = replace(it, drafts=tokens, q=q)
+        return Segments(window, positions, self.size(w_t), drafting, draws, per_row=a_t, plan=it)
 
-    def block(self, fl: Flight, seg: Segments, cache) -> ForwardBlock:
-        plan, a_t, w_t, size = self.now, self.a_t, self.w_t, seg.size
+    def block(self, fl: Flight, seg: Segments, cache) -> RowsBlock:
+        it: Iteration = seg.plan
+        plan, a_t, w_t, size = it.plan, it.a_t, it.w_t, seg.size
         b = plan.rows.shape[0]
         group = cache.rows // b
         apos, w, shared = plan.anchor_pos[:, :a_t], plan.w[:, :a_t], plan.shared[:, :a_t]
@@ -351,14 +374,14 @@ class Rows:
             self.slot_pos,
             within,
         )
-        self.node_ok = node_ok
         depth_pos = apos[..., None] + 1 + torch.arange(w_t + 1, device=self.device)
-        return ForwardBlock(
+        return RowsBlock(
             tokens,
             node_pos.flatten(1),
             block_mask(cache.lengths, cache.capacity, structure, visible),
             w.flatten(),
             depth_pos.flatten(0, 1),
+            node_ok,
         )
 
     def _tree(self, anchors: torch.Tensor, seg: Segments, w: torch.Tensor, d: int):
@@ -366,13 +389,14 @@ class Rows:
         by value."""
         win = seg.window
         uni = self.universes[d]
-        assert seg.drafting is not None  # set by the step before the block
         ranking = rank_candidates(self.tree, uni, win, seg.positions, seg.drafting, w)
         win.tree = select(uni, ranking, ranking.available(self.tree.cap(d)), w)
         return arrange(win.tree, anchors, win.tokens, win.cand, seg.size)
 
-    def commit(self, fl: Flight, seg: Segments, block: ForwardBlock, p, support, k, nxt, path, cache) -> torch.Tensor:
-        plan, a_t, w_t, length = self.now, self.a_t, self.w_t, self.layout.length
+    def commit(self, fl: Flight, seg: Segments, block: RowsBlock, p, support, k, nxt, path, cache) -> Commit:
+        it: Iteration = seg.plan
+        plan, a_t, w_t, length, node_ok = it.plan, it.a_t, it.w_t, self.layout.length, block.node_ok
+        assert node_ok is not None and it.drafts is not None and it.q is not None  # set by block and segments
         b, size = plan.rows.shape[0], seg.size
         group = cache.rows // b
         k, nxt, path = k.view(b, a_t), nxt.view(b, a_t), path.reshape(b, a_t, w_t + 1)
@@ -389,7 +413,7 @@ class Rows:
         # kept K/V (with their raster positions): a shared anchor tail, then the accepted path
         keep = torch.zeros(b, a_t, size, dtype=torch.bool, device=self.device)
         keep.scatter_(2, path[..., 1:], t[1:] <= k[..., None])
-        keep[..., 0] = plan.shared[:, :a_t] & self.node_ok[..., 0]
+        keep[..., 0] = plan.shared[:, :a_t] & node_ok[..., 0]
         keep_idx, counts = _kept(keep.flatten(1))
         dst = cache.lengths[:, None] + torch.arange(keep_idx.shape[1], device=self.device)
         self.slot_pos.scatter_(1, dst, per_model_row(block.node_pos.gather(1, keep_idx), group))
@@ -407,12 +431,11 @@ class Rows:
             plan.cnt,
             torch.where(plan.in_block, plan.w, -1),
             p.view(b, a_t, size, -1)[:, :, : w_t + 1],
-            self.drafts,
-            self.q,
+            it.drafts,
+            it.q,
         )
         off_spine = (path[..., 1:] > plan.w[:, :a_t, None]) & (t[1:] <= k[..., None])
-        self.tally = (self.node_ok.sum((1, 2)), off_spine.sum((1, 2)))
-        return step.sum(1)
+        return Commit(step.sum(1), node_ok.sum((1, 2)), off_spine.sum((1, 2)))
 
     def _initial_guess(self, draws) -> torch.Tensor:
         """[B, length + 1]: a prior draw per cell, the forced token where forced; the last column

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import Any
 
 import torch
 
@@ -36,6 +37,7 @@ class Slots:
     # [B, W] the committed token at the same cell one frame (a clip) or one row (an image) earlier,
     # -1 where it is not committed yet (the copy drafter's source)
     previous: torch.Tensor | None = None
+    plan: Any = None  # the schedule's record of this iteration, handed on to its segments (drafters ignore it)
 
 
 def earlier(

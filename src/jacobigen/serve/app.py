@@ -39,6 +39,7 @@ class Settings:
     grace: float = 30.0  # seconds that queued and running requests get on shutdown
     api_key: str | None = None  # required as "Authorization: Bearer KEY" on /v1 and /metrics when set
     calibrate: bool = False  # time the policy's rungs at start and keep those that pay (policy.py)
+    deterministic: bool = False  # row-invariant kernels: each image bit-identical to its offline generate
 
 
 def error(status: int, message: str, param: str | None = None, headers: dict | None = None) -> JSONResponse:
@@ -54,7 +55,7 @@ def create_app(bundle, settings: Settings) -> FastAPI:
     if settings.calibrate:
         policy = policy.calibrated(measured_seconds(bundle))
         log.info("window policy: %s", ", ".join(f"{m}/{w}" for m, w in policy.rungs))
-    scheduler = Scheduler(bundle, settings.max_queue, settings.timeout, metrics, policy)
+    scheduler = Scheduler(bundle, settings.max_queue, settings.timeout, metrics, policy, settings.deterministic)
     width, height = pictures(bundle, torch.zeros(1, bundle.layout.length, dtype=torch.int64))[0].size
     size = f"{width}x{height}"
 

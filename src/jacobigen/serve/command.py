@@ -51,9 +51,15 @@ def _need(modules: list[str], install: str) -> None:
     help="Keep the window policy's rungs that pay on this machine, from the calibration `generate --method auto` "
     "keeps (measured once per model and machine, then cached).",
 )
+@click.option(
+    "--deterministic",
+    is_flag=True,
+    help="Each image bit-identical to `jacobigen generate --deterministic`'s, whatever it shares a batch with "
+    "(row-invariant kernels; PJD presets refused). Without it the distribution is the same.",
+)
 @click.option("--ray", "use_ray", is_flag=True, help="Deploy with Ray Serve on a local cluster.")
 @click.option("--replicas", default=None, type=click.IntRange(1, 64), help="Ray Serve replicas (with --ray).")
-def serve(model_spec, host, port, max_batch, max_queue, timeout, api_key, calibrate, use_ray, replicas):
+def serve(model_spec, host, port, max_batch, max_queue, timeout, api_key, calibrate, deterministic, use_ray, replicas):
     """Serve images over HTTP: an OpenAI-style POST /v1/images/generations with continuous batching,
     progress as server-sent events, /metrics, and a page at / (docs/serving.md)."""
     if not loopback(host) and not api_key:
@@ -63,7 +69,14 @@ def serve(model_spec, host, port, max_batch, max_queue, timeout, api_key, calibr
     _need(["fastapi", "uvicorn", "prometheus_client"], "'jacobigen[serve]'")
     from .app import Settings
 
-    settings = Settings(max_batch=max_batch, max_queue=max_queue, timeout=timeout, api_key=api_key, calibrate=calibrate)
+    settings = Settings(
+        max_batch=max_batch,
+        max_queue=max_queue,
+        timeout=timeout,
+        api_key=api_key,
+        calibrate=calibrate,
+        deterministic=deterministic,
+    )
     if use_ray:
         _need(["ray.serve"], "'ray[serve]'")
         from .replicas import deploy

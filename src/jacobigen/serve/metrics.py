@@ -23,6 +23,9 @@ class Metrics:
         self.occupancy = Gauge("jacobigen_batch_occupancy", "images decoding now / --max-batch", registry=r)
         self.tokens = Counter("jacobigen_tokens", "tokens committed", registry=r)
         self.forwards = Counter("jacobigen_forwards", "forward passes, one per image per iteration", registry=r)
+        self.model_calls = Counter(
+            "jacobigen_model_calls", "shared model forwards, one per iteration for the whole batch", registry=r
+        )
         last = f"per second over the last {WINDOW:g} s"
         self.tokens_rate = Gauge("jacobigen_tokens_per_second", f"tokens committed {last}", registry=r)
         self.forwards_rate = Gauge("jacobigen_forwards_per_second", f"forward passes {last}", registry=r)
@@ -44,9 +47,10 @@ class Metrics:
         self._lock = threading.Lock()
 
     def iteration(self, tokens: int, forwards: int) -> None:
-        """One decode iteration: ``tokens`` committed by ``forwards`` image rows."""
+        """One decode iteration: ``tokens`` committed by ``forwards`` image rows sharing one model call."""
         self.tokens.inc(tokens)
         self.forwards.inc(forwards)
+        self.model_calls.inc()
         now = time.monotonic()
         with self._lock:
             self._recent.append((now, tokens, forwards))

@@ -1,11 +1,12 @@
 """Which (method, window) decodes a request that did not pin one, given the load.
 
 Jacobi decoding trades compute for latency: a long window takes fewer forwards per image, each
-wider. With one image in flight the spare compute is free, so a lone request gets the longest
-window; as the batch fills, every extra node a row evaluates delays the other rows, so the window
-narrows, down to plain ``ar`` (one token per forward) when the batch is full. The rungs are
-(method, window) pairs, widest first; the load is the images in flight plus those waiting, as a
-share of the batch's rows.
+wider. The batch shares each forward, so with one image in flight the spare compute is free and a
+lone request gets the longest window; as the batch fills, the forward's rows are rows of other
+images, and every extra node a row evaluates delays them all, so the window narrows fast, keeping
+the tokens per forward about constant (32 at one image, 16 x 2 at two), down to plain ``ar`` (one
+token per forward) from a quarter of the batch on. The rungs are (method, window) pairs, widest
+first; the load is the images in flight plus those waiting, as a share of the batch's rows.
 
 Whether a wide forward is nearly free depends on the machine: on an accelerator it is, on a small CPU
 it is not (the embedded model on 2 cores makes an image faster with ``ar`` than with window 32, see
@@ -33,7 +34,7 @@ class WindowPolicy:
 
     max_batch: int
     rungs: tuple[tuple[str, int], ...] = RUNGS
-    bounds: tuple[float, ...] = (0.25, 0.5)
+    bounds: tuple[float, ...] = (0.125, 0.25)
 
     def rung(self, load: int) -> int:
         share = load / self.max_batch

@@ -6,8 +6,10 @@ that group join the running batch at the next step while no request of another g
 longer (so no group starves), and leave when done; when the batch drains, the oldest waiting request
 picks the next group. A request that did not pin its decoding joins whatever group the load policy
 (:mod:`.policy`) allows. Rows of cancelled requests (client gone, deadline passed, shutdown) are freed
-at the next step. Each image depends only on its prompt, seed, method and window (batch invariance),
-so it equals ``jacobigen generate``'s.
+at the next step. The batch shares each forward, so an image's distribution depends only on its
+prompt, seed, method and window; with ``deterministic`` (row-invariant kernels) its tokens do too,
+and it equals ``jacobigen generate --deterministic``'s. PJD's schedule lays out its block by the
+batch's rows, so its presets are refused in that mode.
 """
 
 from __future__ import annotations
@@ -47,8 +49,10 @@ class Closed(Exception):
 
 
 class Scheduler:
-    def __init__(self, bundle, max_queue: int, timeout: float, metrics: Metrics, policy: WindowPolicy):
-        self.bundle, self.max_queue, self.timeout = bundle, max_queue, timeout
+    def __init__(
+        self, bundle, max_queue: int, timeout: float, metrics: Metrics, policy: WindowPolicy, deterministic=False
+    ):
+        self.bundle, self.max_queue, self.timeout, self.deterministic = bundle, max_queue, timeout, deterministic
         self.metrics, self.policy, self.max_batch = metrics, policy, policy.max_batch
         self.cond = threading.Condition()
         self.waiting: deque[Job] = deque()
@@ -64,6 +68,12 @@ class Scheduler:
         """Queue a request; :class:`QueueFull`, :class:`Closed`, or a FieldError for a prompt the model
         cannot read."""
         rows = self._rows(req)
+        if self.deterministic and req.method and any(p.kind == "schedule" for p in get_method(req.method).parts):
+            raise FieldError(
+                "method",
+                f"{req.method} lays out its block by the batch's rows, so its images depend on the batch: this "
+                "server promises batch-independent images (--deterministic); use a chain method",
+            )
         job = Job(req, [], post, time.monotonic() + self.timeout, pinned_group(req, BEST))
         job.images = [Image(job, i, s, r) for i, (s, r) in enumerate(zip(req.seeds, rows, strict=True))]
         with self.cond:
@@ -148,7 +158,12 @@ class Scheduler:
     def _run(self, group: Group) -> None:
         parts = get_method(group.method).build(group.window)
         decoder = JacobiDecoder(
-            self.bundle.model, self.bundle.layout, group.sampling, parts, latents=self.bundle.latents
+            self.bundle.model,
+            self.bundle.layout,
+            group.sampling,
+            parts,
+            latents=self.bundle.latents,
+            deterministic=self.deterministic,
         )
         engine = decoder.engine
         longest = self.bundle.model.max_seq_len - self.bundle.layout.length  # any prompt the model takes

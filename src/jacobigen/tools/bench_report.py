@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from . import extras
-from .bench_rows import PLAIN, Row
+from .bench_rows import PLAIN, SHARED, Row
 from .threads import environment_line
 
 
@@ -176,3 +176,29 @@ def write_reports(results: dict[str, tuple[list[Row], dict]], out_dir: Path, met
         )
     )
     return text
+
+
+def throughput_table(rows: list[dict], info: dict | None = None) -> str:
+    """The rows as a table; "vs one at a time" is images/s over the same method and mode at batch
+    1, "vs baseline" over the faster of shared ar and the plain loop at the same batch size."""
+    base: dict = {}
+    for r in rows:
+        if r["method"] in ("ar", PLAIN) and r.get("mode", SHARED) == SHARED:
+            base[r["batch_size"]] = max(base.get(r["batch_size"], 0.0), r["images_per_second"])
+    alone = {(r["method"], r.get("mode")): r["images_per_second"] for r in rows if r["batch_size"] == 1}
+    head = (
+        (environment_line(info) + "\n" if info else "")
+        + "| method | forward | batch | images/s | vs one at a time | vs baseline | image tokens/s | forward passes "
+        "| step compression | overhead |\n|---|---|---|---|---|---|---|---|---|---|\n"
+    )
+    return head + "".join(
+        f"| {r['method']} | {r.get('mode', SHARED)} | {r['batch_size']} | {r['images_per_second']:.2f} | "
+        f"{_ratio(r['images_per_second'], alone.get((r['method'], r.get('mode'))))} | "
+        f"{_ratio(r['images_per_second'], base.get(r['batch_size']))} | {r['tokens_per_second']:.0f} | "
+        f"{r['forward_passes']} | {r['step_compression']:.2f}x | {pct(r['overhead_share'])} |\n"
+        for r in rows
+    )
+
+
+def _ratio(x: float, base: float | None) -> str:
+    return f"{x / base:.2f}x" if base else "-"

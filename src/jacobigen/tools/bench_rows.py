@@ -10,6 +10,7 @@ if TYPE_CHECKING:
     import torch
 
 PLAIN = "plain-ar"
+SHARED, DETERMINISTIC, PER_SEQUENCE = "shared", "deterministic", "per-sequence"  # how a batch runs its forward
 BASELINES = ("ar", PLAIN)
 
 

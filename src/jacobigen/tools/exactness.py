@@ -75,7 +75,7 @@ def sample(model, lay, sampling, parts: Parts, n: int, seed0: int = 0, chunk: in
         b = min(chunk, n - start)
         rows = ([PROMPT, UNCOND] if sampling.guided else [PROMPT]) * b
         # thousands of rows share each forward: the law is under test here, not the rounding by batch
-        decoder = make_decoder(model, lay, sampling, parts, batch_invariant=False)
+        decoder = make_decoder(model, lay, sampling, parts)
         tokens, _ = decoder.run(rows, list(range(seed0 + start, seed0 + start + b)))
         out.append(tokens)
     return torch.cat(out)

@@ -131,11 +131,18 @@ def plot_bench(rows, cost_curve: dict | None, out_dir: Path, fid: dict | None = 
 
 
 def plot_throughput(rows: list[dict], path: Path) -> None:
-    """Images per second against batch size, one line per method."""
+    """Images per second against batch size, one line per method and forward mode (solid: shared,
+    dashed: deterministic, dotted: per-sequence)."""
     fig, ax = plt.subplots(figsize=(6, 4))
-    for m in dict.fromkeys(r["method"] for r in rows):
-        pts = sorted((r["batch_size"], r["images_per_second"]) for r in rows if r["method"] == m)
-        ax.plot(*zip(*pts, strict=True), marker="o", label=m)
+    styles = {"shared": "-", "deterministic": "--", "per-sequence": ":"}
+    for m, mode in dict.fromkeys((r["method"], r.get("mode", "shared")) for r in rows):
+        pts = sorted(
+            (r["batch_size"], r["images_per_second"])
+            for r in rows
+            if (r["method"], r.get("mode", "shared")) == (m, mode)
+        )
+        label = m if mode == "shared" else f"{m} ({mode})"
+        ax.plot(*zip(*pts, strict=True), marker="o", linestyle=styles.get(mode, "-"), label=label)
     _save_log2(fig, ax, "batch size (images decoded together)", "images / s", path)
 
 

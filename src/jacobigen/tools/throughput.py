@@ -4,6 +4,8 @@ Batching and Jacobi decoding both buy speed by giving the device more tokens per
 device that is already busy at batch 16, drafts cost real compute. This measures where the two
 meet, per method, in one process, with the same prompts and seeds everywhere, beside the batched
 plain loop a user would write (``plain-ar``: :func:`~jacobigen.tools.plain_ar.plain_ar_batch`).
+Each method runs in each of ``modes``: the shared forward (the default), ``deterministic`` (the
+shared forward on row-invariant kernels) and ``per-sequence`` (each sequence its own forwards).
 """
 
 from __future__ import annotations
@@ -20,9 +22,12 @@ from ..decode.methods import get_method
 from ..models.bundle import ModelBundle
 from . import extras
 from .bench import PLAIN, plain_options
-from .bench_report import pct
+from .bench_report import throughput_table as markdown
+from .bench_rows import DETERMINISTIC, PER_SEQUENCE, SHARED
 from .plain_ar import plain_ar_batch
-from .threads import environment, environment_line, loadavg
+from .threads import environment, loadavg
+
+MODES = {SHARED: False, DETERMINISTIC: True, PER_SEQUENCE: "per-sequence"}  # generate(deterministic=...)
 
 
 def run_throughput(
@@ -34,29 +39,32 @@ def run_throughput(
     repeats: int = 1,
     progress: bool = True,
     model_spec: str | None = None,
+    modes: tuple[str, ...] = (SHARED, DETERMINISTIC),
     **sampling,
 ) -> tuple[list[dict], dict]:
-    """Decode ``n_images`` images (example prompts, seeds 0..n-1) for every (method, batch size)
-    and with the batched plain loop, ``repeats`` times, interleaved; report the fastest run of each.
+    """Decode ``n_images`` images (example prompts, seeds 0..n-1) for every (method, mode, batch
+    size) and with the batched plain loop, ``repeats`` times, interleaved; report the fastest run of each.
     Returns the rows and the machine, code and weights (:func:`~jacobigen.tools.threads.environment`,
     given the ``--model`` spec ``model_spec``) with the load average before and after."""
     info = environment(pipe.model, model_spec)
     prompts = (pipe.example_prompts * n_images)[:n_images]
     seeds = image_seeds(0, n_images)
     methods = [m for m in methods if m != PLAIN]
-    names = [*methods, PLAIN]
     plain = PlainLoop(pipe, prompts, plain_options(pipe, sampling))
     for m in methods:  # warm-up: one-time costs (kernels, neighbour tables)
         get_method(m)
         pipe.generate(prompts[0], method=m, window=window, seed=0, **sampling)
     plain(1, limit=1)
     best: dict = {}
-    jobs = [(m, b) for _ in range(repeats) for b in batch_sizes for m in names]
-    for m, b in tqdm(jobs, disable=not progress, desc="throughput", unit="run"):
+    runs = [(m, mode) for m in methods for mode in modes] + [(PLAIN, SHARED)]
+    jobs = [(m, mode, b) for _ in range(repeats) for b in batch_sizes for m, mode in runs]
+    for m, mode, b in tqdm(jobs, disable=not progress, desc="throughput", unit="run"):
         if m == PLAIN:
             row = plain(b)
         else:
-            gen, _ = pipe.generate(prompts, method=m, window=window, seed=seeds, batch_size=b, **sampling)
+            gen, _ = pipe.generate(
+                prompts, method=m, window=window, seed=seeds, batch_size=b, deterministic=MODES[mode], **sampling
+            )
             s = gen.stats
             row = {
                 "window": 1 if m == "ar" else window,
@@ -66,9 +74,10 @@ def run_throughput(
                 "step_compression": s.step_compression(pipe.layout.length),
                 "overhead_share": None if s.overhead_time is None else s.overhead_time / s.wall_time,
             }
-        if (m, b) not in best or row["wall_time"] < best[m, b]["wall_time"]:
-            best[m, b] = {
+        if (m, mode, b) not in best or row["wall_time"] < best[m, mode, b]["wall_time"]:
+            best[m, mode, b] = {
                 "method": m,
+                "mode": mode,
                 "batch_size": b,
                 "images": n_images,
                 "images_per_second": n_images / row["wall_time"],
@@ -76,7 +85,7 @@ def run_throughput(
                 **row,
             }
     info["loadavg_after"] = loadavg()
-    return [best[m, b] for m in names for b in batch_sizes], info
+    return [best[m, mode, b] for m, mode in runs for b in batch_sizes], info
 
 
 class PlainLoop:
@@ -106,30 +115,6 @@ class PlainLoop:
             "step_compression": 1.0,
             "overhead_share": None,
         }
-
-
-def markdown(rows: list[dict], info: dict | None = None) -> str:
-    """The rows as a table; "vs baseline" is images/s over the faster of ar and the plain loop at
-    the same batch size."""
-    base: dict = {}
-    for r in rows:
-        if r["method"] in ("ar", PLAIN):
-            base[r["batch_size"]] = max(base.get(r["batch_size"], 0.0), r["images_per_second"])
-    head = (
-        (environment_line(info) + "\n" if info else "")
-        + "| method | batch | images/s | vs baseline | image tokens/s | forward passes | step compression "
-        "| overhead |\n|---|---|---|---|---|---|---|---|\n"
-    )
-    return head + "".join(
-        f"| {r['method']} | {r['batch_size']} | {r['images_per_second']:.2f} | "
-        f"{_ratio(r['images_per_second'], base.get(r['batch_size']))} | {r['tokens_per_second']:.0f} | "
-        f"{r['forward_passes']} | {r['step_compression']:.2f}x | {pct(r['overhead_share'])} |\n"
-        for r in rows
-    )
-
-
-def _ratio(x: float, base: float | None) -> str:
-    return f"{x / base:.2f}x" if base else "-"
 
 
 def write_report(rows: list[dict], info: dict, out_dir: Path, meta: dict) -> None:
