@@ -77,10 +77,7 @@ def test_without_the_copy_back_a_replay_goes_wrong(monkeypatch):
     model = random_model()
     eager = _run(model, "scd-mc", [5])
     with replay.on_cpu():
-        try:
-            replayed = _run(model, "scd-mc", [5])
-        except Exception:  # state that never advances may also leave the decode past its capacity
-            return
+        replayed = _run(model, "scd-mc", [5])
     assert not torch.equal(replayed.tokens, eager.tokens)
 
 

@@ -110,9 +110,30 @@ def test_models_health_and_metrics(url):
 
 
 def test_a_full_queue_answers_429_with_retry_after():
+    """One image decodes, one waits; a third request arriving meanwhile finds the queue full."""
+    body = {"prompt": "sun", "method": "ar"}
+    with serving(max_batch=1, max_queue=1) as base, ThreadPoolExecutor(3) as pool:
+        answers = list(pool.map(lambda _: call(f"{base}/v1/images/generations", body), range(3)))
+    full = [(r, h) for status, r, h in answers if status == 429]
+    assert full and sorted(status for status, _, _ in answers).count(200) >= 1
+    response, headers = full[0]
+    assert int(headers["Retry-After"]) >= 1 and "queue is full" in response["error"]["message"]
+
+
+def test_more_images_than_the_queue_holds_is_a_bad_request():
+    """n above --max-queue never fits: 400 naming n, not a 429 to retry forever."""
     with serving(max_batch=1, max_queue=1) as base:
         status, response, headers = call(f"{base}/v1/images/generations", {"prompt": "sun", "n": 2})
-    assert status == 429 and int(headers["Retry-After"]) >= 1 and "queue is full" in response["error"]["message"]
+    assert status == 400 and response["error"]["param"] == "n" and "Retry-After" not in headers
+
+
+def test_a_clip_model_is_refused_with_a_clear_message():
+    from jacobigen.core.errors import ConfigError
+    from jacobigen.serve.app import Settings, create_app
+    from jacobigen.serve.server import load
+
+    with pytest.raises(ConfigError, match="frame clips and jacobigen serve serves images"):
+        create_app(load("random-video"), Settings())
 
 
 def test_a_request_past_its_deadline_is_cancelled():

@@ -31,6 +31,11 @@ from ..parts.verifiers import Window
 from .capture import Graphed, captured
 from .replay import OpReplay, Replayed, recorder_for
 
+
+class CompileFallback(UserWarning):
+    """The whole-step graph failed to build; the engine decodes on with the eager step."""
+
+
 PER_SEQUENCE: Final = "per-sequence"
 Determinism = bool | Literal["per-sequence"]
 """False: one shared forward per step, rounded as its kernels round (the distribution is exact; a
@@ -183,6 +188,7 @@ class Engine:
         warnings.warn(
             f"the compiled step failed to build ({type(error).__name__}: {str(error)[:200]}); decoding goes on "
             "with the eager step" + (" and CUDA-graphed forwards" if self.device.type == "cuda" else ""),
+            CompileFallback,
             stacklevel=4,
         )
         if self.device.type == "cuda":

@@ -19,6 +19,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from ..core.errors import ConfigError
 from ..decode.methods import METHODS
 from .fields import FieldError, parse
 from .images import pictures
@@ -40,6 +41,8 @@ class Settings:
     api_key: str | None = None  # required as "Authorization: Bearer KEY" on /v1 and /metrics when set
     calibrate: bool = False  # time the policy's rungs at start and keep those that pay (policy.py)
     deterministic: bool = False  # row-invariant kernels: each image bit-identical to its offline generate
+    device: str | None = None  # where the model loads (None: CUDA when available)
+    threads: int | None = None  # torch threads (None: as `jacobigen generate` chooses them)
 
 
 def error(status: int, message: str, param: str | None = None, headers: dict | None = None) -> JSONResponse:
@@ -49,7 +52,13 @@ def error(status: int, message: str, param: str | None = None, headers: dict | N
 
 
 def create_app(bundle, settings: Settings) -> FastAPI:
-    """The server of ``bundle`` (a :class:`~jacobigen.models.bundle.ModelBundle`)."""
+    """The server of ``bundle`` (a :class:`~jacobigen.models.bundle.ModelBundle`); a
+    :class:`ConfigError` for a model it cannot serve."""
+    if bundle.layout.frames > 1:
+        raise ConfigError(
+            f"the {bundle.name} model makes {bundle.layout.frames}-frame clips and jacobigen serve serves images: "
+            "make clips with jacobigen generate-video"
+        )
     metrics = Metrics(settings.max_batch)
     policy = WindowPolicy(settings.max_batch)
     if settings.calibrate:

@@ -32,6 +32,13 @@ def _need(modules: list[str], install: str) -> None:
             sys.exit(2)
 
 
+def _check_threads(ctx, param, value):
+    """``generate``'s check of --threads (imported late: the CLI package imports this module)."""
+    from ..cli.params import check_threads
+
+    return check_threads(ctx, param, value)
+
+
 @click.command("serve")
 @click.option("--model", "model_spec", default="default", show_default=True, help="Model to serve (as for generate).")
 @click.option(
@@ -51,6 +58,14 @@ def _need(modules: list[str], install: str) -> None:
     help="Keep the window policy's rungs that pay on this machine, from the calibration `generate --method auto` "
     "keeps (measured once per model and machine, then cached).",
 )
+@click.option("--device", default=None, help="cpu, cuda, cuda:1 ... (default: cuda if available).")
+@click.option(
+    "--threads",
+    type=click.IntRange(min=1),
+    default=None,
+    callback=_check_threads,
+    help="Torch CPU threads, as for generate (default: 1 for a model under 50M parameters on the CPU).",
+)
 @click.option(
     "--deterministic",
     is_flag=True,
@@ -59,7 +74,21 @@ def _need(modules: list[str], install: str) -> None:
 )
 @click.option("--ray", "use_ray", is_flag=True, help="Deploy with Ray Serve on a local cluster.")
 @click.option("--replicas", default=None, type=click.IntRange(1, 64), help="Ray Serve replicas (with --ray).")
-def serve(model_spec, host, port, max_batch, max_queue, timeout, api_key, calibrate, deterministic, use_ray, replicas):
+def serve(
+    model_spec,
+    host,
+    port,
+    max_batch,
+    max_queue,
+    timeout,
+    api_key,
+    calibrate,
+    device,
+    threads,
+    deterministic,
+    use_ray,
+    replicas,
+):
     """Serve images over HTTP: an OpenAI-style POST /v1/images/generations with continuous batching,
     progress as server-sent events, /metrics, and a page at / (docs/serving.md)."""
     if not loopback(host) and not api_key:
@@ -76,6 +105,8 @@ def serve(model_spec, host, port, max_batch, max_queue, timeout, api_key, calibr
         api_key=api_key,
         calibrate=calibrate,
         deterministic=deterministic,
+        device=device,
+        threads=threads,
     )
     if use_ray:
         _need(["ray.serve"], "'ray[serve]'")

@@ -67,6 +67,10 @@ class Scheduler:
     def submit(self, req: ImageRequest, post) -> Job:
         """Queue a request; :class:`QueueFull`, :class:`Closed`, or a FieldError for a prompt the model
         cannot read."""
+        if len(req.seeds) > self.max_queue:  # never fits, however long the client waits
+            raise FieldError(
+                "n", f"n={len(req.seeds)} is more images than this server queues (--max-queue {self.max_queue})"
+            )
         rows = self._rows(req)
         if self.deterministic and req.method and any(p.kind == "schedule" for p in get_method(req.method).parts):
             raise FieldError(

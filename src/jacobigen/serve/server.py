@@ -9,10 +9,11 @@ from ..tools.threads import choose_threads
 from .app import Settings, create_app
 
 
-def load(model_spec: str):
-    """The bundle to serve, with torch's threads chosen for it (as ``jacobigen generate`` does)."""
-    bundle = load_bundle(model_spec)
-    choose_threads(bundle.model)
+def load(model_spec: str, device: str | None = None, threads: int | None = None):
+    """The bundle to serve on ``device`` (None: CUDA when available), with torch's threads chosen
+    for it as ``jacobigen generate`` chooses them (``threads``: that many)."""
+    bundle = load_bundle(model_spec, device)
+    choose_threads(bundle.model, threads)
     return bundle
 
 
@@ -30,6 +31,6 @@ class DrainingServer(uvicorn.Server):
 
 
 def run_server(model_spec: str, settings: Settings, host: str, port: int) -> None:
-    app = create_app(load(model_spec), settings)
+    app = create_app(load(model_spec, settings.device, settings.threads), settings)
     config = uvicorn.Config(app, host=host, port=port, timeout_graceful_shutdown=int(settings.grace) + 5)
     DrainingServer(config, app.state.scheduler, settings.grace).run()

@@ -14,6 +14,7 @@ With ``fid``: FID of each row's images against ``ar``'s on other seeds and again
 from __future__ import annotations
 
 import time
+import warnings
 
 import torch
 from tqdm.auto import tqdm
@@ -24,6 +25,7 @@ from ..core.errors import ConfigError, JacobigenError
 from ..core.stats import step_compression
 from ..decode.api import generate
 from ..decode.capture import Graphed, compile_counts
+from ..decode.engine import CompileFallback
 from ..decode.methods import parse_variant
 from ..models.bundle import ModelBundle, encode_one
 from .auto import WINDOWS, choose, unbuildable
@@ -222,7 +224,9 @@ def compiled_warmup(pipe: ModelBundle, rows: dict, prompt: str, seed: int, compi
         eager = decode_one(pipe, m, w, prompt, seed, **sampling)
         before = compile_counts()
         try:
-            run = decode_one(pipe, m, w, prompt, seed, compile, **sampling)
+            with warnings.catch_warnings():  # a step that falls back to eager did not compile: say so
+                warnings.simplefilter("error", CompileFallback)
+                run = decode_one(pipe, m, w, prompt, seed, compile, **sampling)
         except JacobigenError:
             raise
         except Exception as e:  # this row does not compile here: the others still run
