@@ -35,7 +35,7 @@ def test_refilled_batch_matches_each_sequence_alone(model, method):
 
 
 def test_sampled_tokens_do_not_depend_on_batch_size(model):
-    kw = dict(layout=LAYOUT, method="scd-mc+pac+vp", window=16, seed=SEEDS)
+    kw = dict(layout=LAYOUT, method="scd-mc+pac+vp", window=16, seed=SEEDS, deterministic=True)  # bit for bit
     ref = generate(model, PROMPTS, **kw).tokens
     for bs in (1, 2, 3):
         assert torch.equal(generate(model, PROMPTS, batch_size=bs, **kw).tokens, ref)

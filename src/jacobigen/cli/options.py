@@ -18,7 +18,8 @@ from click.core import ParameterSource
 from ..core.checks import MAX_SEED, SAMPLING_KEYS, image_seeds
 from ..core.errors import ConfigError
 from ..models import embedded as E
-from .params import Finite, Window, check_threads, options_of
+from ..tools.threads import check_threads
+from .params import Finite, Window, options_of
 
 DEFAULTS, VIDEO_DEFAULTS = (
     ", ".join(f"{k.replace('_', '-')} {v}" for k, v in sampling.items()) for sampling in (E.SAMPLING, E.VIDEO_SAMPLING)

@@ -3,8 +3,6 @@ method options, thread counts. Each refuses a bad value with one line naming the
 
 from __future__ import annotations
 
-import os
-
 import click
 
 from ..core.checks import number, parse_options
@@ -23,7 +21,6 @@ RESERVED = {
     "progress",
     "timing",
 }  # generate() arguments that have their own flags, not -o options
-MAX_THREADS_PER_CORE = 4  # --threads above this many per core is refused
 
 
 class Window(click.IntRange):
@@ -68,19 +65,3 @@ def options_of(pairs: tuple[str, ...]) -> dict:
     for key in options.keys() & RESERVED:
         raise click.BadParameter(f"{key} is not a method option: use --{key.replace('_', '-')}", param_hint=f"-o {key}")
     return options
-
-
-def check_threads(ctx, param, value):
-    """More torch threads than cores only wait on each other: a warning above the cores, refused far
-    above them (--threads 1000 on 2 cores ran 25x slower)."""
-    if value is None:
-        return None
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    if value > MAX_THREADS_PER_CORE * cores:
-        raise click.BadParameter(
-            f"{value} threads on {cores} core(s): at most {MAX_THREADS_PER_CORE * cores}; threads beyond "
-            "the cores only wait on each other"
-        )
-    if value > cores:
-        click.echo(f"warning: --threads {value} is more than the {cores} core(s) here: expect it slower", err=True)
-    return value

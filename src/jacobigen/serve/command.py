@@ -9,6 +9,8 @@ import sys
 
 import click
 
+from ..tools.threads import check_threads
+
 DEFAULT_PORT = 8000
 
 
@@ -30,13 +32,6 @@ def _need(modules: list[str], install: str) -> None:
         except ImportError:
             click.echo(f"error: jacobigen serve needs {name}: pip install {install}", err=True)
             sys.exit(2)
-
-
-def _check_threads(ctx, param, value):
-    """``generate``'s check of --threads (imported late: the CLI package imports this module)."""
-    from ..cli.params import check_threads
-
-    return check_threads(ctx, param, value)
 
 
 @click.command("serve")
@@ -63,7 +58,7 @@ def _check_threads(ctx, param, value):
     "--threads",
     type=click.IntRange(min=1),
     default=None,
-    callback=_check_threads,
+    callback=check_threads,
     help="Torch CPU threads, as for generate (default: 1 for a model under 50M parameters on the CPU).",
 )
 @click.option(
