@@ -193,20 +193,21 @@ class Batch:
         self.admit()
         running = self.flight.committed < self.length
         while True:
-            running, changed = self.step(running)
-            if changed or (self.flight.seq.shape[0] < self.limit and self.source.waiting()):
+            running, finished = self.step(running)
+            freed = self.cancel()
+            if finished or freed or (self.flight.seq.shape[0] < self.limit and self.source.waiting()):
                 if self.source.waiting():
                     self.admit()
                 running = self.flight.committed < self.length
                 n_running = int(running.sum())
                 if not n_running:
                     return
-                if not self.source.waiting() and (changed > 1 or 4 * (len(running) - n_running) >= len(running)):
+                if not self.source.waiting() and (freed or 4 * (len(running) - n_running) >= len(running)):
                     running = self.compact(running)
 
-    def step(self, running: torch.Tensor) -> tuple[torch.Tensor, int]:
-        """One iteration of every row; returns the rows still running and whether rows finished (1)
-        or were cancelled (2) (0: neither)."""
+    def step(self, running: torch.Tensor) -> tuple[torch.Tensor, bool]:
+        """One iteration of every row, finished sequences retired; returns the rows still running and
+        whether any finished."""
         fl, sched = self.flight, self.engine.schedule
         done_now = self.engine.step(fl, self.cache, running)
         step = done_now.tokens
@@ -224,7 +225,7 @@ class Batch:
             n_done = int(done.sum())
         if n_done:
             self.retire(done)
-        return running, 2 if self.cancel() else int(n_done > 0)
+        return running, n_done > 0
 
     def retire(self, done: torch.Tensor) -> None:
         """Hand the finished rows' sequences to the source and free their rows."""
