@@ -284,6 +284,13 @@ def llamagen(model_type: str = "c2i", seed: int = 0, **over):
     return m
 
 
+def llamagen_state(model) -> dict:
+    """A LlamaGen model's weights as LlamaGen's checkpoints hold them (its names and layout)."""
+    from jacobigen.models.families.llamagen_model import to_checkpoint
+
+    return to_checkpoint(model)
+
+
 def caption(text: str) -> torch.Tensor:
     """Stand-in for FLAN-T5: one deterministic 16-d row per word."""
     return torch.randn(len(text.split()), 16, generator=torch.Generator().manual_seed(len(text)))

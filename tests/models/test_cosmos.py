@@ -21,6 +21,7 @@ from jacobigen.models.families.cosmos import (
     cosmos_pipeline,
     inverse_frequencies,
     save_config,
+    to_checkpoint,
 )
 from jacobigen.models.families.cosmos_tokenizer import LEVELS, fsq_codes, pixel_frames
 
@@ -42,7 +43,7 @@ def random_cosmos(seed=0, **over) -> Cosmos:
         for p in model.parameters():
             if p.dim() == 2:
                 p.normal_(0, p.shape[1] ** -0.5)
-        model.tok_embeddings.weight.normal_(0, 1.0)
+        model.backbone.embed.weight.normal_(0, 1.0)
     return model.eval()
 
 
@@ -105,7 +106,7 @@ def reference_logits(state, c, seq):
 
 
 def reference_greedy(model, prompt):
-    state, c = {k: v.float() for k, v in model.state_dict().items()}, model.config
+    state, c = {k: v.float() for k, v in to_checkpoint(model).items()}, model.config
     seq = list(prompt)
     with torch.no_grad():
         while len(seq) < c.max_seq_len:
@@ -116,7 +117,7 @@ def reference_greedy(model, prompt):
 PROMPT = [5, 17, 33, 2, 60, 41]  # one condition latent frame of 2 x 3 tokens
 
 
-@pytest.mark.parametrize("over", [{}, {"yarn": True, "original_latent_shape": (2, 2, 2)}])
+@pytest.mark.parametrize("over", [{}, {"yarn": True, "original_latent_shape": (2, 2, 2)}, {"head_dim": 16}])
 def test_greedy_ar_equals_the_reference_loop(over):
     model = random_cosmos(**over)
     pipe = cosmos_pipeline(model)
@@ -133,6 +134,28 @@ def test_every_lossless_preset_equals_ar_greedy():
         assert torch.equal(generate(model, PROMPT, layout=lay, method=name, window=5, top_k=1).tokens, ar), name
     pjd = generate(model, PROMPT, layout=lay, method="pjd", window=4, pjd_context=lay.cols, top_k=1)
     assert torch.equal(pjd.tokens, ar)
+
+
+def test_grouped_query_attention_never_copies_the_cache(monkeypatch):
+    """Cosmos runs on our decoder: each K/V head attends for its group of query heads, so a cached
+    step never repeats the cache per query head (the old block stack copied it per layer per step)."""
+    model = random_cosmos()
+    assert model.config.n_heads > model.config.n_kv_heads
+    cache = model.new_cache(1, model.max_seq_len)
+    tokens = torch.tensor([PROMPT])
+    mask = torch.zeros(1, 1, len(PROMPT), model.max_seq_len).masked_fill(
+        torch.arange(model.max_seq_len) > torch.arange(len(PROMPT))[:, None], float("-inf")
+    )
+    with torch.no_grad():
+        want = model(tokens)
+
+        def copy(*args, **kwargs):
+            raise AssertionError("the cache was repeated per query head")
+
+        monkeypatch.setattr(torch.Tensor, "repeat_interleave", copy)
+        monkeypatch.setattr(torch, "repeat_interleave", copy)
+        got = model(tokens, torch.arange(len(PROMPT))[None], mask, cache)
+    assert (got - want).abs().max() <= 1e-5
 
 
 def test_rope_splits_each_head_as_cosmos_does():
@@ -175,7 +198,7 @@ def test_checkpoint_roundtrip_decodes_the_clip_with_its_condition_frames(tmp_pat
     the latent shape, decoder.jit beside it: the clip is condition + sampled frames at 16x pixels."""
     pytest.importorskip("transformers")  # load_family's import check
     model = random_cosmos(2)
-    state = {f"model.{k}": v for k, v in model.state_dict().items()}
+    state = {f"model.{k}": v for k, v in to_checkpoint(model).items()}
     state["model.layers.0.attention._extra_state"] = torch.zeros(1)
     torch.save({"model": state}, tmp_path / "model.pt")
     save_config(model, tmp_path)
@@ -208,7 +231,7 @@ def test_without_a_decoder_clips_preview_the_codes(tmp_path):
 
 
 def test_video2world_checkpoints_are_refused():
-    state = clean_state(random_cosmos().state_dict())
+    state = clean_state(to_checkpoint(random_cosmos()))
     state["layers.0.cross_attention.wq.weight"] = torch.zeros(1)
     with pytest.raises(ConfigError, match="Video2World"):
         config_from_state(state)
@@ -219,7 +242,7 @@ def test_cli_generate_video_on_cosmos(tmp_path):
     from jacobigen.cli import main
 
     model = random_cosmos(3)
-    torch.save(model.state_dict(), tmp_path / "model.pt")
+    torch.save(to_checkpoint(model), tmp_path / "model.pt")
     save_config(model, tmp_path)
     np.save(tmp_path / "c.npy", np.array(PROMPT).reshape(1, 2, 3))
     out = tmp_path / "clip.gif"
@@ -251,7 +274,7 @@ def test_bench_runs_on_cosmos_with_a_condition_prompt(tmp_path):
     from jacobigen.cli import main
 
     model = random_cosmos(4)
-    torch.save(model.state_dict(), tmp_path / "model.pt")
+    torch.save(to_checkpoint(model), tmp_path / "model.pt")
     save_config(model, tmp_path)
     np.save(tmp_path / "c.npy", np.array(PROMPT).reshape(1, 2, 3))
     args = [

@@ -13,6 +13,7 @@ from jacobigen.cli import main
 from jacobigen.models import load_bundle
 from jacobigen.models.bundle import encode_one
 from tests.helpers import family_models as fm
+from tests.helpers.llamagen_reference import reference_of
 
 pytest.importorskip("transformers")
 
@@ -120,11 +121,14 @@ def reference(name, hf, pipe, cond, uncond):
                 return hf.lm_head(hf.model(input_ids=x, cache=cache, use_cache=True).last_hidden_state)[0, -1]
 
         return fm.hf_greedy(step, cond, uncond, CFG, lay.length, allowed, forced)
-    # LlamaGen: no transformers class; recompute the whole sequence without a cache each step
+    # LlamaGen: no transformers class; its reference GPT (LlamaGen's block stack on its checkpoint
+    # keys, tests/helpers/llamagen_reference.py) recomputes the whole sequence without a cache each step
+    gpt = getattr(pipe.model, "gpt", pipe.model)  # t2i: the Captioned view holds the call's bank
+    ref, bank = reference_of(gpt), getattr(pipe.model, "bank", None)
     seqs, out = [list(cond), list(uncond)], []
     for _ in range(lay.length):
         with torch.no_grad():
-            c, u = (pipe.model(torch.tensor([s]))[0, -1] for s in seqs)
+            c, u = (ref(torch.tensor([s]), bank=bank)[0, -1] for s in seqs)
         tok = int((u + CFG * (c - u)).masked_fill(~allowed, float("-inf")).argmax())
         out.append(tok)
         for s in seqs:
@@ -264,7 +268,7 @@ def test_llamagen_checkpoint_roundtrip_and_cli(tmp_path):
     from jacobigen.models.families.llamagen import save_config
 
     m = fm.llamagen("c2i")
-    torch.save({"model": m.state_dict()}, tmp_path / "c2i_T_64.pt")
+    torch.save({"model": fm.llamagen_state(m)}, tmp_path / "c2i_T_64.pt")
     save_config(m, tmp_path)
     vq = fm.tiny_vq(64, l2_norm=True)
     torch.save({"model": fm.to_llamagen_vq_keys(vq.state_dict())}, tmp_path / "vq_ds16_c2i.pt")
@@ -298,25 +302,69 @@ def test_llamagen_checkpoint_roundtrip_and_cli(tmp_path):
 
 
 def test_llamagen_rope_is_2d_and_zero_for_condition_tokens():
-    """Check our rotary against LlamaGen's recipe written independently with complex numbers."""
-    from jacobigen.models.families.llamagen_model import rotate_pairs
+    """Our rotary (halves, on each head's pair entries reordered as the name map reorders q and k rows)
+    against LlamaGen's recipe written independently with complex numbers."""
+    from jacobigen.models.transformer import rotate
 
     m = fm.llamagen("c2i")
     c = m.config
     tokens = torch.tensor([[c.vocab_size + 3, 5, 6, 7, 8, 9]])  # class token then 5 image tokens
     cos, sin = m.rope(tokens, torch.arange(6)[None], None)
-    x = torch.randn(1, 6, 1, c.head_dim)
-    got = rotate_pairs(x, (cos, sin))
+    x = torch.randn(1, 1, 6, c.head_dim)  # LlamaGen's layout: pairs (0, 1), (2, 3), ...
+    halves = torch.cat([torch.arange(0, c.head_dim, 2), torch.arange(1, c.head_dim, 2)])
+    got = rotate(x[..., halves], cos, sin)[..., torch.argsort(halves)]
     half = c.head_dim // 2
     freqs = 1.0 / (c.rope_base ** (torch.arange(0, half, 2).float() / half))
     for t in range(6):
         if t == 0:
-            assert got[0, 0].abs().max() == 0
+            assert got[0, 0, 0].abs().max() == 0
             continue
         g = t - 1
         ang = torch.cat([(g // c.grid) * freqs, (g % c.grid) * freqs])
-        z = torch.view_as_complex(x[0, t, 0].reshape(-1, 2).contiguous()) * torch.polar(torch.ones_like(ang), ang)
-        assert torch.allclose(got[0, t, 0], torch.view_as_real(z).flatten(), atol=1e-5)
+        z = torch.view_as_complex(x[0, 0, t].reshape(-1, 2).contiguous()) * torch.polar(torch.ones_like(ang), ang)
+        assert torch.allclose(got[0, 0, t], torch.view_as_real(z).flatten(), atol=1e-5)
+
+
+def cached_logits(model, tokens, extra, prompt: int):
+    """Logits of ``tokens`` [R, S] (``prompt`` condition tokens first) in three cached blocks (prefill,
+    a window, one token)."""
+    r, s = tokens.shape
+    extra = {**extra, "prompt_len": torch.full((r,), prompt)}
+    cache, out, start = model.new_cache(r, s), [], 0
+    for block in (s - 5, 4, 1):
+        pos = torch.arange(start, start + block).expand(r, block)
+        mask = torch.zeros(r, 1, block, s).masked_fill(torch.arange(s) > pos[:, None, :, None], float("-inf"))
+        out.append(model(tokens[:, start : start + block], pos, mask, cache, **extra))
+        cache.lengths += block
+        start += block
+    return torch.cat(out, 1)
+
+
+@pytest.mark.parametrize("kind", ["c2i", "t2i"])
+def test_llamagen_logits_equal_its_reference_gpt(kind):
+    """Our decoder with LlamaGen's weights mapped in, against LlamaGen's own block stack on the
+    checkpoint (float32, uncached and cached, GQA); leaving the name map's q/k reordering out fails."""
+    m = fm.llamagen(kind)
+    c = m.config
+    ref = reference_of(m)
+    g = torch.Generator().manual_seed(0)
+    image = torch.randint(0, c.vocab_size, (2, 10), generator=g)
+    if kind == "c2i":
+        cond, extra = torch.tensor([[c.vocab_size + 3], [c.vocab_size + c.num_classes]]), {}
+    else:
+        n = c.cls_token_num
+        bank = m.cls_embedding.bank([fm.caption("a red cat"), fm.caption("a big blue house")])
+        cond, extra = torch.stack([torch.arange(n) + c.vocab_size + n, torch.arange(n) + c.vocab_size]), {"bank": bank}
+    tokens = torch.cat([cond, image], 1)
+    with torch.no_grad():
+        want = ref(tokens, **extra)
+        cached = [cached_logits(model, tokens, extra, cond.shape[1]) for model in (m, ref)]
+        for got in (m(tokens, **extra), *cached):
+            assert torch.equal(got.isinf(), want.isinf())
+            assert (got - want)[want.isfinite()].abs().max() <= 1e-4
+        for i, layer in enumerate(m.backbone.layers):  # the checkpoint's rows, not reordered
+            layer.attn.qkv.weight.copy_(ref.layers[i].attention.wqkv.weight)
+        assert (m(tokens, **extra) - want)[want.isfinite()].abs().max() > 1e-2
 
 
 def test_llamagen_t2i_bank_holds_one_calls_prompts():

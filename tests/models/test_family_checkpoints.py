@@ -115,9 +115,9 @@ def pretrained_models(tmp_path_factory):
     """LlamaGen's documented layout: both GPTs, both VQs and FLAN-T5 in one pretrained_models/."""
     root = tmp_path_factory.mktemp("llamagen") / "pretrained_models"
     root.mkdir()
-    torch.save({"model": fm.llamagen("c2i", block_size=256).state_dict()}, root / "c2i_T_256.pt")
+    torch.save({"model": fm.llamagen_state(fm.llamagen("c2i", block_size=256))}, root / "c2i_T_256.pt")
     t2i = fm.llamagen("t2i", seed=1, block_size=1024, cls_token_num=120)
-    torch.save({"model": t2i.state_dict()}, root / "t2i_T_stage2_512.pt")
+    torch.save({"model": fm.llamagen_state(t2i)}, root / "t2i_T_stage2_512.pt")
     vqs = {kind: fm.tiny_vq(64, l2_norm=True, seed=seed) for kind, seed in (("c2i", 1), ("t2i", 2))}
     for kind, vq in vqs.items():
         save_vq(vq, root / f"vq_ds16_{kind}.pt")
@@ -147,7 +147,7 @@ def test_llamagen_decodes_with_the_vq_of_its_own_task(pretrained_models, kind, n
 
 def test_llamagen_without_its_own_vq_says_so(tmp_path):
     fm.llamagen_arch_json(tmp_path)
-    torch.save(fm.llamagen("t2i").state_dict(), tmp_path / "t2i_T_256.pt")
+    torch.save(fm.llamagen_state(fm.llamagen("t2i")), tmp_path / "t2i_T_256.pt")
     save_vq(fm.tiny_vq(64, l2_norm=True), tmp_path / "vq_ds16_c2i.pt")
     fm.tiny_t5(tmp_path / "t5")
     pipe = load_bundle(f"llamagen:{tmp_path}")
@@ -156,7 +156,7 @@ def test_llamagen_without_its_own_vq_says_so(tmp_path):
 
 def llamagen_384(directory, name, rope_tables: bool = False):
     m = fm.llamagen("c2i", block_size=24 * 24)
-    state = m.state_dict()
+    state = fm.llamagen_state(m)
     if rope_tables:  # saved from LlamaGen's vLLM server model: a RoPE table per attention layer
         for i in range(m.config.n_layer):
             state[f"layers.{i}.attention.freqs_cis"] = torch.zeros(1 + 24 * 24, m.config.head_dim // 2, 2)
@@ -191,7 +191,7 @@ def test_llamagen_training_checkpoint_loads_only_when_trusted(tmp_path):
         vocab_size=64,
     )
     ckpt = tmp_path / "0005000.pt"
-    torch.save({"model": m.state_dict(), "optimizer": {}, "steps": 5000, "args": args}, ckpt)
+    torch.save({"model": fm.llamagen_state(m), "optimizer": {}, "steps": 5000, "args": args}, ckpt)
     fm.llamagen_arch_json(tmp_path)
     with pytest.raises(WeightsError, match="--trust-checkpoint") as err:
         load_bundle(f"llamagen:{ckpt}")

@@ -1,4 +1,5 @@
-"""Our Llama-style decoder (RoPE, RMSNorm, SwiGLU, SDPA) behind the decoders' model interface.
+"""Our Llama-style decoder (RoPE, RMSNorm, SwiGLU, SDPA) behind the decoders' model interface: the one
+block stack every model runs on (the embedded model, and every family through a config and a name map).
 
 The interface every model family implements (docs/DESIGN.md §5, written down with its cache rule
 as :class:`jacobigen.core.contract.ImageModel`) is one call::
@@ -32,8 +33,12 @@ class TransformerConfig:
     ``n_kv_heads``: key/value heads (grouped-query attention; None: one per query head).
     ``qk_norm``: None, or ``"chameleon"``: a layer norm over each head's vector without affine, then a
     weight and bias per head [heads, head_dim], on q and k before RoPE (Chameleon, Lumina-mGPT, Anole).
+    ``qk_norm="rms"``: an RMSNorm (eps ``norm_eps``) over each head's vector with one weight [head_dim]
+    shared by all heads, on q and k before RoPE (Cosmos).
     ``swin_norm``: Chameleon's post-norm blocks (the norm follows attention and MLP inside the residual).
     ``tie_embeddings``: the output head is the input embedding.
+    ``head_size``: each head's width when it is not ``dim / n_heads`` (Cosmos-12B: 32 heads of 128 in a
+    model of width 5,120).
     """
 
     vocab_size: int
@@ -48,10 +53,11 @@ class TransformerConfig:
     qk_norm: str | None = None
     swin_norm: bool = False
     tie_embeddings: bool = False
+    head_size: int | None = None
 
     @property
     def head_dim(self) -> int:
-        return self.dim // self.n_heads
+        return self.head_size or self.dim // self.n_heads
 
     @property
     def kv_heads(self) -> int:
@@ -63,11 +69,11 @@ class TransformerConfig:
         return self.ffn_dim or -(-int(8 * self.dim / 3) // 32) * 32
 
 
-QK_NORMS = (None, "chameleon")
+QK_NORMS = (None, "chameleon", "rms")
 
 
 def check_config(cfg: TransformerConfig) -> None:
-    if cfg.dim % cfg.n_heads or cfg.head_dim % 2:
+    if (cfg.head_size is None and cfg.dim % cfg.n_heads) or cfg.head_dim % 2:
         raise ConfigError(f"dim {cfg.dim} must split into {cfg.n_heads} heads of even size")
     if cfg.n_heads % cfg.kv_heads:
         raise ConfigError(f"{cfg.n_heads} query heads do not share {cfg.kv_heads} key/value heads evenly")
@@ -76,7 +82,9 @@ def check_config(cfg: TransformerConfig) -> None:
 
 
 def rope_angles(positions: torch.Tensor, head_dim: int, theta: float, dtype: torch.dtype):
-    """cos/sin tables [R, 1, T, head_dim/2] for integer positions [R, T], shared by all layers."""
+    """cos/sin tables [R, 1, T, head_dim/2] for integer positions [R, T], shared by all layers. (A family
+    whose rotary is not 1-D, Cosmos' 3-D or LlamaGen's 2-D, hands :meth:`Transformer.hidden` its own
+    tables of this shape.)"""
     half = head_dim // 2
     inv_freq = theta ** (-torch.arange(half, device=positions.device, dtype=torch.float32) / half)
     angles = positions[:, None, :, None].to(torch.float32) * inv_freq
@@ -87,6 +95,15 @@ def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tenso
     """Apply rotary embeddings to x [R, H, T, D] (rotate-half convention)."""
     x1, x2 = x.chunk(2, dim=-1)
     return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
+
+
+def qk_norms(cfg: TransformerConfig) -> tuple[nn.Module | None, nn.Module | None]:
+    """(q norm, k norm) of one attention layer, as ``cfg.qk_norm`` says."""
+    if cfg.qk_norm == "chameleon":
+        return HeadNorm(cfg.n_heads, cfg.head_dim), HeadNorm(cfg.kv_heads, cfg.head_dim)
+    if cfg.qk_norm == "rms":
+        return nn.RMSNorm(cfg.head_dim, eps=cfg.norm_eps), nn.RMSNorm(cfg.head_dim, eps=cfg.norm_eps)
+    return None, None
 
 
 class HeadNorm(nn.Module):
@@ -126,9 +143,8 @@ class Attention(nn.Module):
         self.layer = layer
         self.heads, self.kv_heads, self.head_dim = cfg.n_heads, cfg.kv_heads, cfg.head_dim
         self.qkv = nn.Linear(cfg.dim, (cfg.n_heads + 2 * cfg.kv_heads) * cfg.head_dim, bias=False)
-        self.out = nn.Linear(cfg.dim, cfg.dim, bias=False)
-        self.q_norm = HeadNorm(cfg.n_heads, cfg.head_dim) if cfg.qk_norm else None
-        self.k_norm = HeadNorm(cfg.kv_heads, cfg.head_dim) if cfg.qk_norm else None
+        self.out = nn.Linear(cfg.n_heads * cfg.head_dim, cfg.dim, bias=False)
+        self.q_norm, self.k_norm = qk_norms(cfg)
 
     def forward(self, x, rope, mask, cache):
         r, t, _ = x.shape
@@ -172,14 +188,16 @@ class Block(nn.Module):
 
 
 class Transformer(nn.Module):
-    """The decoder every Llama-shaped model runs on: the embedded model and, converted from their
-    transformers checkpoints (:mod:`jacobigen.models.families.convert`), Chameleon / Lumina-mGPT /
-    Anole, Janus-Pro's language model and Emu3.
+    """The decoder every model runs on: the embedded model; converted from their transformers
+    checkpoints (:mod:`jacobigen.models.families.convert`), Chameleon / Lumina-mGPT / Anole, Janus-Pro's
+    language model and Emu3; and, from their own checkpoints through a name map
+    (:func:`rename_state`), LlamaGen and Cosmos.
 
     It is written to compile into one graph (``torch.compile(fullgraph=True)``) and replay as a CUDA
     graph: static cache buffers, fused projections, configuration read only at construction, and no
     Python objects built per forward. Families whose image tokens are not the plain embedding and
-    head (Janus) call :meth:`hidden` on their own input embeddings and apply their own head.
+    head (Janus, LlamaGen) call :meth:`hidden` on their own input embeddings and apply their own head;
+    families whose rotary is not 1-D (LlamaGen, Cosmos) pass it their own cos/sin tables.
     """
 
     def __init__(self, cfg: TransformerConfig):
@@ -235,12 +253,15 @@ class Transformer(nn.Module):
         positions: torch.Tensor | None = None,
         mask: torch.Tensor | None = None,
         cache: KVCache | None = None,
+        rope: tuple[torch.Tensor, torch.Tensor] | None = None,
     ) -> torch.Tensor:
         """Final-normed hidden states [R, T, dim] of input embeddings ``x`` [R, T, dim]; the rest of
-        the call is the model interface's."""
-        if positions is None:
-            positions = torch.arange(x.shape[1], device=x.device).expand(x.shape[:2])
-        rope = rope_angles(positions, self.config.head_dim, self.config.rope_theta, x.dtype)
+        the call is the model interface's. ``rope``: the family's own cos/sin tables [R, 1, T,
+        head_dim/2] in ``x``'s dtype (rotate-half convention), instead of 1-D RoPE of ``positions``."""
+        if rope is None:
+            if positions is None:
+                positions = torch.arange(x.shape[1], device=x.device).expand(x.shape[:2])
+            rope = rope_angles(positions, self.config.head_dim, self.config.rope_theta, x.dtype)
         if mask is not None:
             mask = mask.to(x.dtype)
         for layer in self.layers:
@@ -255,6 +276,60 @@ class Transformer(nn.Module):
         cache: KVCache | None = None,
     ) -> torch.Tensor:
         return self.head(self.hidden(self.embed(tokens), positions, mask, cache)).float()
+
+
+# --- other checkpoints' names ---------------------------------------------------------------------
+
+NameMap = dict[str, str | tuple[str, ...]]
+"""Our key (``{i}``: each layer) -> a checkpoint's key, or the keys whose tensors stack row-wise into one
+fused weight of ours (q, k, v into ``attn.qkv``; gate, up into ``ffn.gate_up``)."""
+
+
+def fused_rows(cfg: TransformerConfig) -> dict[str, tuple[int, ...]]:
+    """Row blocks of our fused per-layer weights, in the order they stack."""
+    qk, kv, ffn = cfg.n_heads * cfg.head_dim, cfg.kv_heads * cfg.head_dim, cfg.hidden_dim
+    return {"attn.qkv.weight": (qk, kv, kv), "ffn.gate_up.weight": (ffn, ffn)}
+
+
+def _names(names: NameMap, n_layers: int):
+    for ours, theirs in names.items():
+        for i in range(n_layers) if "{i}" in ours else (None,):
+            key = ours.format(i=i)
+            other = tuple(t.format(i=i) for t in theirs) if isinstance(theirs, tuple) else theirs.format(i=i)
+            yield ours.removeprefix("layers.{i}."), key, other
+
+
+def rename_state(
+    state: dict[str, torch.Tensor], names: NameMap, cfg: TransformerConfig, what: str
+) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+    """(A checkpoint's tensors under our names, its tensors the map does not name). Fused weights are
+    new tensors, the others the given ones; a key the map names and the checkpoint lacks is a
+    :class:`WeightsError` naming ``what``."""
+    used: set[str] = set()
+
+    def get(key: str) -> torch.Tensor:
+        if key not in state:
+            raise WeightsError(f"{what} has no {key}: is it a {cfg.n_layers}-layer model of this family?")
+        used.add(key)
+        return state[key]
+
+    ours = {
+        key: torch.cat([get(k) for k in theirs]) if isinstance(theirs, tuple) else get(theirs)
+        for _, key, theirs in _names(names, cfg.n_layers)
+    }
+    return ours, {k: state[k] for k in state if k not in used}  # unused keys only: a lazy state reads no more
+
+
+def unrename_state(state: dict[str, torch.Tensor], names: NameMap, cfg: TransformerConfig) -> dict[str, torch.Tensor]:
+    """Our tensors under a checkpoint's names (fused weights split): what :func:`rename_state` reads."""
+    rows = fused_rows(cfg)
+    out: dict[str, torch.Tensor] = {}
+    for local, key, theirs in _names(names, cfg.n_layers):
+        if isinstance(theirs, tuple):
+            out.update(zip(theirs, state[key].split(rows[local]), strict=True))
+        else:
+            out[theirs] = state[key]
+    return out
 
 
 def save_transformer(model: Transformer, path: str | Path, dtype: torch.dtype = torch.float16) -> None:

@@ -19,6 +19,8 @@ FAMILIES = {
     "chameleon": "chameleon",
     "lumina-mgpt": "chameleon",
     "lumina": "chameleon",
+    "lumina2": "lumina2",
+    "lumina-mgpt-2": "lumina2",
     "anole": "anole",
     "cosmos": "cosmos",
     "janus": "janus",
@@ -32,7 +34,8 @@ OPTIONS = {"size": "image side in pixels"}
 def load_family(family: str, path: str, device: str | None = None, trust_checkpoint: bool = False):
     """Pipeline for a checkpoint of one family; weights are never downloaded.
     ``device`` None: the GPU when there is one. ``path`` may end in ``?size=512`` (image side in
-    pixels, for the families whose resolution is a choice or not stored: chameleon, emu3, llamagen).
+    pixels, for the families whose resolution is a choice or not stored: chameleon, lumina2, emu3,
+    llamagen).
     ``trust_checkpoint`` lets pickled checkpoints that hold Python objects load (they can run code)."""
     from ...core.contract import default_device
 

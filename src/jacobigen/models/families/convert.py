@@ -30,7 +30,7 @@ import torch
 from torch import nn
 
 from ...core.errors import ConfigError, WeightsError
-from ..transformer import Transformer, TransformerConfig
+from ..transformer import NameMap, Transformer, TransformerConfig, rename_state
 
 # transformers class -> (prefix of its decoder stack in the state dict, attribute holding the stack's config)
 STACKS = {
@@ -95,31 +95,37 @@ def per_head(rows: torch.Tensor, heads: int, key: str) -> torch.Tensor:
     return rows.repeat_interleave(heads // rows.shape[0], 0)
 
 
+def hf_names(cfg: TransformerConfig, prefix: str) -> NameMap:
+    """The name map above, for a stack under ``prefix``."""
+    attn, mlp = prefix + "layers.{i}.self_attn.", prefix + "layers.{i}.mlp."
+    names: NameMap = {
+        "embed.weight": prefix + "embed_tokens.weight",
+        "layers.{i}.attn_norm.weight": prefix + "layers.{i}.input_layernorm.weight",
+        "layers.{i}.attn.qkv.weight": tuple(f"{attn}{p}_proj.weight" for p in "qkv"),
+        "layers.{i}.attn.out.weight": attn + "o_proj.weight",
+        "layers.{i}.ffn_norm.weight": prefix + "layers.{i}.post_attention_layernorm.weight",
+        "layers.{i}.ffn.gate_up.weight": (mlp + "gate_proj.weight", mlp + "up_proj.weight"),
+        "layers.{i}.ffn.down.weight": mlp + "down_proj.weight",
+        "norm.weight": prefix + "norm.weight",
+        "head.weight": HEAD,
+    }
+    if cfg.qk_norm:
+        for name in ("q_norm", "k_norm"):
+            for p in ("weight", "bias"):
+                names[f"layers.{{i}}.attn.{name}.{p}"] = f"{attn}{name}.{p}"
+    return names
+
+
 def convert_state(state: dict[str, torch.Tensor], cfg: TransformerConfig, prefix: str) -> dict[str, torch.Tensor]:
     """A transformers state dict (keys under ``prefix``, head at ``lm_head.weight``) as our keys.
     Unfused tensors are the given ones, not copies."""
-
-    def get(key: str) -> torch.Tensor:
-        try:
-            return state[key if key == HEAD else prefix + key]
-        except KeyError:
-            raise WeightsError(f"the checkpoint has no {prefix + key}: is it a {cfg.n_layers}-layer model?") from None
-
-    out = {"embed.weight": get("embed_tokens.weight"), "norm.weight": get("norm.weight"), "head.weight": get(HEAD)}
-    for i in range(cfg.n_layers):
-        hf, ours = f"layers.{i}.", f"layers.{i}."
-        attn = hf + "self_attn."
-        out[ours + "attn_norm.weight"] = get(hf + "input_layernorm.weight")
-        out[ours + "attn.qkv.weight"] = torch.cat([get(f"{attn}{p}_proj.weight") for p in "qkv"])
-        out[ours + "attn.out.weight"] = get(attn + "o_proj.weight")
-        if cfg.qk_norm:
+    out, _ = rename_state(state, hf_names(cfg, prefix), cfg, "the checkpoint")
+    if cfg.qk_norm:
+        for i in range(cfg.n_layers):
             for name, heads in (("q_norm", cfg.n_heads), ("k_norm", cfg.kv_heads)):
                 for p in ("weight", "bias"):
-                    key = f"{attn}{name}.{p}"
-                    out[f"{ours}attn.{name}.{p}"] = per_head(get(key), heads, prefix + key)
-        out[ours + "ffn_norm.weight"] = get(hf + "post_attention_layernorm.weight")
-        out[ours + "ffn.gate_up.weight"] = torch.cat([get(hf + "mlp.gate_proj.weight"), get(hf + "mlp.up_proj.weight")])
-        out[ours + "ffn.down.weight"] = get(hf + "mlp.down_proj.weight")
+                    key = f"layers.{i}.attn.{name}.{p}"
+                    out[key] = per_head(out[key], heads, f"{prefix}layers.{i}.self_attn.{name}.{p}")
     return out
 
 

@@ -1,4 +1,6 @@
-"""Cosmos-1.0-Autoregressive (4B, 12B: video continuation), our own implementation on its checkpoint keys.
+"""Cosmos-1.0-Autoregressive (4B, 12B: video continuation) on our decoder
+(:class:`~jacobigen.models.transformer.Transformer`): a config, a name map from Cosmos' checkpoint keys
+to ours, and what is Cosmos' own (its 3-D RoPE tables).
 
 Architecture facts from NVIDIA/Cosmos ``cosmos1/models/autoregressive`` (``networks/transformer.py``,
 ``modules/{attention,embedding,mlp,normalization}.py``, ``configs/base/model_config.py``): Llama
@@ -30,7 +32,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from PIL import Image
 from torch import nn
 
@@ -38,10 +39,9 @@ from ...core.cache import KVCache
 from ...core.errors import ConfigError, WeightsError
 from ...core.layout import VideoLayout
 from ..bundle import ModelBundle, rows_encoder
-from ..transformer import rotate
+from ..transformer import NameMap, Transformer, TransformerConfig, rename_state, unrename_state
 from .base import default_dtype, read_checkpoint
 from .cosmos_tokenizer import JitDecoder, find_decoder, preview
-from .llamagen_model import RMSNorm
 
 YARN_12B = dict(yarn=True, original_latent_shape=(3, 40, 64), yarn_beta_fast=4.0, yarn_beta_slow=1.0, yarn_scale=2.0)
 HEADS = 32  # both base models (4B: 32 x 128, 12B: 32 x 128)
@@ -76,6 +76,58 @@ class CosmosConfig:
     def max_seq_len(self) -> int:
         return math.prod(self.latent_shape)
 
+    def decoder(self) -> TransformerConfig:
+        """Our decoder's config (its ``rope_theta`` goes unused: Cosmos passes its own 3-D tables)."""
+        return TransformerConfig(
+            vocab_size=self.vocab_size,
+            dim=self.dim,
+            n_layers=self.n_layers,
+            n_heads=self.n_heads,
+            n_kv_heads=self.n_kv_heads,
+            head_size=self.head_dim,
+            ffn_dim=self.ffn_dim,
+            max_seq_len=self.max_seq_len,
+            rope_theta=self.rope_theta,
+            norm_eps=self.norm_eps,
+            qk_norm="rms" if self.qk_norm else None,
+        )
+
+
+# Cosmos' checkpoint keys (``model.`` prefix dropped: :func:`clean_state`) -> ours
+NAMES: NameMap = {
+    "embed.weight": "tok_embeddings.weight",
+    "layers.{i}.attn_norm.weight": "layers.{i}.attention_norm.weight",
+    "layers.{i}.attn.qkv.weight": tuple(f"layers.{{i}}.attention.w{p}.weight" for p in "qkv"),
+    "layers.{i}.attn.out.weight": "layers.{i}.attention.wo.weight",
+    "layers.{i}.ffn_norm.weight": "layers.{i}.ffn_norm.weight",
+    "layers.{i}.ffn.gate_up.weight": ("layers.{i}.feed_forward.w1.weight", "layers.{i}.feed_forward.w3.weight"),
+    "layers.{i}.ffn.down.weight": "layers.{i}.feed_forward.w2.weight",
+    "norm.weight": "norm.weight",
+    "head.weight": "output.weight",
+}
+QK_NAMES: NameMap = {
+    "layers.{i}.attn.q_norm.weight": "layers.{i}.attention.q_norm.weight",
+    "layers.{i}.attn.k_norm.weight": "layers.{i}.attention.k_norm.weight",
+}
+BACKBONE = "backbone."
+
+
+def names(c: CosmosConfig) -> NameMap:
+    return {**NAMES, **QK_NAMES} if c.qk_norm else NAMES
+
+
+def from_checkpoint(state: dict[str, torch.Tensor], c: CosmosConfig) -> dict[str, torch.Tensor]:
+    """Cosmos' state dict (cleaned) as :class:`Cosmos`' (keys the map does not name keep theirs, and
+    fail the strict load)."""
+    ours, rest = rename_state(state, names(c), c.decoder(), "this Cosmos checkpoint")
+    return {**{BACKBONE + k: v for k, v in ours.items()}, **rest}
+
+
+def to_checkpoint(model: Cosmos) -> dict[str, torch.Tensor]:
+    """:class:`Cosmos`' weights under Cosmos' names, as its ``model.pt`` holds them (no prefix)."""
+    ours = {k.removeprefix(BACKBONE): v for k, v in model.state_dict().items()}
+    return unrename_state(ours, names(model.config), model.config.decoder())
+
 
 def yarn_factors(inv_freq: torch.Tensor, original: int, c: CosmosConfig) -> torch.Tensor:
     """YaRN: frequencies below ``beta_slow`` turns over the original length are divided by the
@@ -90,8 +142,9 @@ def inverse_frequencies(c: CosmosConfig) -> tuple[torch.Tensor, torch.Tensor]:
     """(temporal [d_t/2], spatial [d_h/2]) rotary frequencies of one head."""
     d_h = c.hd // 6 * 2
     d_t = c.hd - 2 * d_h
-    spatial = 1.0 / c.rope_theta ** (torch.arange(0, d_h, 2)[: d_h // 2].float() / d_h)
-    temporal = 1.0 / c.rope_theta ** (torch.arange(0, d_t, 2)[: d_t // 2].float() / d_t)
+    # on the CPU even where the model is built on the meta device (at load)
+    spatial = 1.0 / c.rope_theta ** (torch.arange(0, d_h, 2, device="cpu")[: d_h // 2].float() / d_h)
+    temporal = 1.0 / c.rope_theta ** (torch.arange(0, d_t, 2, device="cpu")[: d_t // 2].float() / d_t)
     if c.yarn:
         spatial = spatial * yarn_factors(spatial, c.original_latent_shape[1], c)
         temporal = temporal * yarn_factors(temporal, c.original_latent_shape[0], c)
@@ -108,69 +161,16 @@ def rope_3d(positions: torch.Tensor, c: CosmosConfig, temporal, spatial, dtype) 
     return angles.cos().to(dtype), angles.sin().to(dtype)
 
 
-class Attention(nn.Module):
-    def __init__(self, c: CosmosConfig, layer: int):
-        super().__init__()
-        self.c, self.layer = c, layer
-        self.wq = nn.Linear(c.dim, c.n_heads * c.hd, bias=False)
-        self.wk = nn.Linear(c.dim, c.n_kv_heads * c.hd, bias=False)
-        self.wv = nn.Linear(c.dim, c.n_kv_heads * c.hd, bias=False)
-        self.wo = nn.Linear(c.n_heads * c.hd, c.dim, bias=False)
-        if c.qk_norm:
-            self.q_norm, self.k_norm = RMSNorm(c.hd, c.norm_eps), RMSNorm(c.hd, c.norm_eps)
-
-    def forward(self, x, rope, mask, cache):
-        c, (r, t, _) = self.c, x.shape
-        q = self.wq(x).view(r, t, c.n_heads, c.hd)
-        k = self.wk(x).view(r, t, c.n_kv_heads, c.hd)
-        v = self.wv(x).view(r, t, c.n_kv_heads, c.hd).transpose(1, 2)
-        if c.qk_norm:
-            q, k = self.q_norm(q), self.k_norm(k)
-        q, k = rotate(q.transpose(1, 2), *rope), rotate(k.transpose(1, 2), *rope)
-        if cache is not None:
-            k, v = cache.update(self.layer, k, v)
-        rep = c.n_heads // c.n_kv_heads
-        k, v = k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1)
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None and cache is None)
-        return self.wo(y.transpose(1, 2).reshape(r, t, -1))
-
-
-class FeedForward(nn.Module):
-    def __init__(self, c: CosmosConfig):
-        super().__init__()
-        self.w1 = nn.Linear(c.dim, c.ffn_dim, bias=False)
-        self.w2 = nn.Linear(c.ffn_dim, c.dim, bias=False)
-        self.w3 = nn.Linear(c.dim, c.ffn_dim, bias=False)
-
-    def forward(self, x):
-        return self.w2(F.silu(self.w1(x)) * self.w3(x))
-
-
-class Block(nn.Module):
-    def __init__(self, c: CosmosConfig, layer: int):
-        super().__init__()
-        self.attention_norm = RMSNorm(c.dim, c.norm_eps)
-        self.attention = Attention(c, layer)
-        self.ffn_norm = RMSNorm(c.dim, c.norm_eps)
-        self.feed_forward = FeedForward(c)
-
-    def forward(self, x, rope, mask, cache):
-        h = x + self.attention(self.attention_norm(x), rope, mask, cache)
-        return h + self.feed_forward(self.ffn_norm(h))
-
-
 class Cosmos(nn.Module):
-    """The base Cosmos-1.0-Autoregressive transformer behind the decoders' model interface."""
+    """The base Cosmos-1.0-Autoregressive transformer behind the decoders' model interface: our decoder
+    (``backbone``) with Cosmos' 3-D RoPE tables. Checkpoints load through :func:`from_checkpoint`."""
 
     def __init__(self, c: CosmosConfig):
         super().__init__()
         if c.hd % 2 or (c.head_dim is None and c.dim % c.n_heads) or c.n_heads % c.n_kv_heads:
             raise ConfigError(f"Cosmos config: dim {c.dim}, {c.n_heads} heads, {c.n_kv_heads} K/V heads do not fit")
         self.config = c
-        self.tok_embeddings = nn.Embedding(c.vocab_size, c.dim)
-        self.layers = nn.ModuleList(Block(c, i) for i in range(c.n_layers))
-        self.norm = RMSNorm(c.dim, c.norm_eps)
-        self.output = nn.Linear(c.dim, c.vocab_size, bias=False)
+        self.backbone = Transformer(c.decoder())
         self._freqs = inverse_frequencies(c)
 
     @property
@@ -182,19 +182,15 @@ class Cosmos(nn.Module):
         return self.config.max_seq_len
 
     def new_cache(self, rows: int, capacity: int) -> KVCache:
-        p, c = self.output.weight, self.config
-        return KVCache(c.n_layers, rows, c.n_kv_heads, capacity, c.hd, dtype=p.dtype, device=p.device)
+        return self.backbone.new_cache(rows, capacity)
 
     def forward(self, tokens, positions=None, mask=None, cache=None):
         if positions is None:
             positions = torch.arange(tokens.shape[1], device=tokens.device).expand_as(tokens)
-        x = self.tok_embeddings(tokens)
+        b = self.backbone
+        x = b.embed(tokens)
         rope = rope_3d(positions, self.config, *self._freqs, x.dtype)
-        if mask is not None:
-            mask = mask.to(x.dtype)
-        for layer in self.layers:
-            x = layer(x, rope, mask, cache)
-        return self.output(self.norm(x)).float()
+        return b.head(b.hidden(x, mask=mask, cache=cache, rope=rope)).float()
 
 
 # --- checkpoints --------------------------------------------------------------------------------
@@ -257,8 +253,10 @@ def load_cosmos(path: Path, device: str = "cpu", dtype: torch.dtype | None = Non
         over = json.loads(extra.read_text()) if extra.is_file() else {}
     except json.JSONDecodeError as e:
         raise ConfigError(f"{extra} is not valid JSON: {e}") from None
-    model = Cosmos(config_from_state(state, **over))
-    missing, unexpected = model.load_state_dict(state, strict=False)
+    cfg = config_from_state(state, **over)
+    with torch.device("meta"):  # no random init of weights that are about to be replaced
+        model = Cosmos(cfg)
+    missing, unexpected = model.load_state_dict(from_checkpoint(state, cfg), strict=False, assign=True)
     if missing or unexpected:
         raise WeightsError(f"{file}: keys do not match Cosmos' (missing {missing[:3]}, unexpected {unexpected[:3]})")
     dtype = dtype or default_dtype(device)

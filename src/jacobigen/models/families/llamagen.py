@@ -1,4 +1,4 @@
-"""LlamaGen GPT (class- and text-conditional), our own implementation loading its checkpoint keys.
+"""LlamaGen GPT (class- and text-conditional) on our decoder, its checkpoint keys mapped onto ours at load.
 
 Architecture facts from FoundationVision/LlamaGen ``autoregressive/models/gpt.py``: Llama blocks
 (``attention.wqkv`` fused [q, k, v], ``attention.wo``, ``feed_forward.w1/w2/w3`` SwiGLU with hidden
@@ -40,7 +40,7 @@ from ...core.layout import ImageLayout
 from ..bundle import ModelBundle, Prompts, palette_decode, rows_encoder
 from .base import default_dtype, read_checkpoint, require_dir, to_pil
 from .captions import llamagen_caption
-from .llamagen_model import Captioned, LlamaGen, LlamaGenConfig
+from .llamagen_model import Captioned, LlamaGen, LlamaGenConfig, from_checkpoint
 
 SIZES = (256, 384, 448, 512)  # the --image-size choices of LlamaGen's scripts
 DOWNSAMPLE = 16  # VQ-16: pixels per token side
@@ -129,9 +129,10 @@ def load_llamagen(
         over = {**{k: v for k, v in json.loads(cfg_file.read_text()).items() if k in known}, **over}
     try:
         cfg = config_from_state(state, path.name, args, **over)
-        model = LlamaGen(cfg)
+        with torch.device("meta"):  # no random init of weights that are about to be replaced
+            model = LlamaGen(cfg)
         state = {k: v for k, v in state.items() if k.split(".")[-1] != "freqs_cis"}  # rebuilt from the grid
-        model.load_state_dict(state, strict=True)
+        model.load_state_dict(from_checkpoint(state, cfg), strict=True, assign=True)
     except (WeightsError, ConfigError):
         raise
     except Exception as e:

@@ -1,11 +1,16 @@
-"""LlamaGen's GPT as a module of ours, with LlamaGen's own parameter names (so its checkpoints load
-by key; reading them is :mod:`.llamagen`).
+"""LlamaGen's GPT on our decoder (:class:`~jacobigen.models.transformer.Transformer`): a config, a name
+map from LlamaGen's checkpoint keys to ours, and what is LlamaGen's own (class / caption embedding, 2-D
+RoPE that is zero on condition tokens). Reading its checkpoints is :mod:`.llamagen`.
 
 Architecture facts from FoundationVision/LlamaGen ``autoregressive/models/gpt.py``: Llama blocks
 (``attention.wqkv`` fused [q, k, v], ``attention.wo``, ``feed_forward.w1/w2/w3`` SwiGLU with hidden
 ``find_multiple(int(2 * 4 * dim / 3) * ffn_dim_multiplier, 256)``, RMSNorm computed in float), 2-D RoPE
 on interleaved pairs (first half of the pairs rotated by the row, second half by the column), and
 condition tokens whose RoPE table rows are all zero (their queries and keys are zero vectors).
+
+Our decoder rotates halves (pair ``j`` is entries ``j`` and ``j + head_dim/2``), so the name map
+reorders each q and k head's rows at load, pairs' first entries then their second (attention scores
+are q.k, unchanged when q and k are reordered alike); v and the output projection are untouched.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from torch import nn
 
 from ...core.cache import KVCache
 from ...core.errors import ConfigError
+from ..transformer import NameMap, Transformer, TransformerConfig, rename_state, unrename_state
 
 
 @dataclass(frozen=True)
@@ -64,63 +70,67 @@ class LlamaGenConfig:
             return self.num_classes + 1
         return (self.bank_prompts + 1) * self.cls_token_num
 
-
-class RMSNorm(nn.Module):
-    def __init__(self, dim: int, eps: float):
-        super().__init__()
-        self.eps = eps
-        self.weight = nn.Parameter(torch.ones(dim))
-
-    def forward(self, x):
-        xf = x.float()
-        return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)).type_as(x) * self.weight
-
-
-class Attention(nn.Module):
-    def __init__(self, c: LlamaGenConfig, layer: int):
-        super().__init__()
-        self.c, self.layer = c, layer
-        self.wqkv = nn.Linear(c.dim, (c.n_head + 2 * c.kv_heads) * c.head_dim, bias=False)
-        self.wo = nn.Linear(c.dim, c.dim, bias=False)
-
-    def forward(self, x, rope, mask, cache):
-        c, (r, t, _) = self.c, x.shape
-        kv = c.kv_heads * c.head_dim
-        q, k, v = self.wqkv(x).split([c.dim, kv, kv], dim=-1)
-        q = rotate_pairs(q.view(r, t, c.n_head, c.head_dim), rope).transpose(1, 2)
-        k = rotate_pairs(k.view(r, t, c.kv_heads, c.head_dim), rope).transpose(1, 2)
-        v = v.view(r, t, c.kv_heads, c.head_dim).transpose(1, 2)
-        if cache is not None:
-            k, v = cache.update(self.layer, k, v)
-        rep = c.n_head // c.kv_heads
-        if rep > 1:
-            k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None)
-        return self.wo(y.transpose(1, 2).reshape(r, t, -1))
+    def decoder(self) -> TransformerConfig:
+        """Our decoder's config: the codes are its vocabulary, its positions the prompt and the grid."""
+        return TransformerConfig(
+            vocab_size=self.vocab_size,
+            dim=self.dim,
+            n_layers=self.n_layer,
+            n_heads=self.n_head,
+            n_kv_heads=self.n_kv_head,
+            ffn_dim=self.hidden_dim,
+            max_seq_len=self.cls_token_num + self.block_size,
+            rope_theta=self.rope_base,
+            norm_eps=self.norm_eps,
+        )
 
 
-class FeedForward(nn.Module):
-    def __init__(self, c: LlamaGenConfig):
-        super().__init__()
-        self.w1 = nn.Linear(c.dim, c.hidden_dim, bias=False)
-        self.w3 = nn.Linear(c.dim, c.hidden_dim, bias=False)
-        self.w2 = nn.Linear(c.hidden_dim, c.dim, bias=False)
+# LlamaGen's checkpoint keys of the decoder -> ours (``backbone.`` in :class:`LlamaGen`)
+NAMES: NameMap = {
+    "embed.weight": "tok_embeddings.weight",
+    "layers.{i}.attn_norm.weight": "layers.{i}.attention_norm.weight",
+    "layers.{i}.attn.qkv.weight": "layers.{i}.attention.wqkv.weight",
+    "layers.{i}.attn.out.weight": "layers.{i}.attention.wo.weight",
+    "layers.{i}.ffn_norm.weight": "layers.{i}.ffn_norm.weight",
+    "layers.{i}.ffn.gate_up.weight": ("layers.{i}.feed_forward.w1.weight", "layers.{i}.feed_forward.w3.weight"),
+    "layers.{i}.ffn.down.weight": "layers.{i}.feed_forward.w2.weight",
+    "norm.weight": "norm.weight",
+    "head.weight": "output.weight",
+}
+BACKBONE = "backbone."
 
-    def forward(self, x):
-        return self.w2(F.silu(self.w1(x)) * self.w3(x))
+
+def _pairs_to_halves(c: LlamaGenConfig) -> torch.Tensor:
+    """Row order of our fused q/k/v weight, as rows of LlamaGen's: each q and k head's pair entries
+    (0, 1), (2, 3), ... become halves (0, 2, ...), (1, 3, ...); v rows stay."""
+    hd = c.head_dim
+    head = torch.cat([torch.arange(0, hd, 2), torch.arange(1, hd, 2)])
+    qk = (torch.arange(c.n_head + c.kv_heads)[:, None] * hd + head).flatten()
+    return torch.cat([qk, torch.arange(qk.numel(), (c.n_head + 2 * c.kv_heads) * hd)])
 
 
-class Block(nn.Module):
-    def __init__(self, c: LlamaGenConfig, layer: int):
-        super().__init__()
-        self.attention = Attention(c, layer)
-        self.feed_forward = FeedForward(c)
-        self.attention_norm = RMSNorm(c.dim, c.norm_eps)
-        self.ffn_norm = RMSNorm(c.dim, c.norm_eps)
+def from_checkpoint(state: dict[str, torch.Tensor], c: LlamaGenConfig) -> dict[str, torch.Tensor]:
+    """LlamaGen's state dict (without ``freqs_cis``) as :class:`LlamaGen`'s; keys the map does not name
+    (the condition embedding's) keep their names."""
+    ours, rest = rename_state(state, NAMES, c.decoder(), "this LlamaGen checkpoint")
+    order = _pairs_to_halves(c)
+    for i in range(c.n_layer):
+        key = f"layers.{i}.attn.qkv.weight"
+        ours[key] = ours[key][order]
+    return {**{BACKBONE + k: v for k, v in ours.items()}, **rest}
 
-    def forward(self, x, rope, mask, cache):
-        h = x + self.attention(self.attention_norm(x), rope, mask, cache)
-        return h + self.feed_forward(self.ffn_norm(h))
+
+def to_checkpoint(model: LlamaGen) -> dict[str, torch.Tensor]:
+    """:class:`LlamaGen`'s weights under LlamaGen's names and layout, as its checkpoints hold them."""
+    c = model.config
+    state = model.state_dict()
+    ours = {k.removeprefix(BACKBONE): v for k, v in state.items() if k.startswith(BACKBONE)}
+    undo = torch.argsort(_pairs_to_halves(c))
+    for i in range(c.n_layer):
+        key = f"layers.{i}.attn.qkv.weight"
+        ours[key] = ours[key][undo]
+    rest = {k: v for k, v in state.items() if not k.startswith(BACKBONE)}
+    return {**unrename_state(ours, NAMES, c.decoder()), **rest}
 
 
 class LabelEmbedder(nn.Module):
@@ -167,10 +177,11 @@ class CaptionEmbedder(nn.Module):
 
 
 class LlamaGen(nn.Module):
-    """The GPT behind our model interface; state-dict keys are LlamaGen's. The grid index of an image
-    token is its position minus its row's prompt length: the decoders pass ``prompt_len`` [R]
-    (``needs_prompt_len``); without it, the block's condition tokens are counted (a prefill or an
-    uncached forward)."""
+    """The GPT behind our model interface: LlamaGen's condition embedding around our decoder
+    (``backbone``: its ``embed`` and ``head`` are LlamaGen's code embedding and output). The grid index
+    of an image token is its position minus its row's prompt length: the decoders pass ``prompt_len``
+    [R] (``needs_prompt_len``); without it, the block's condition tokens are counted (a prefill or an
+    uncached forward). Checkpoints load through :func:`from_checkpoint`."""
 
     needs_prompt_len = True
 
@@ -180,10 +191,7 @@ class LlamaGen(nn.Module):
             raise ConfigError(f"block_size {c.block_size} is not a square grid")
         self.config = c
         self.cls_embedding = LabelEmbedder(c) if c.model_type == "c2i" else CaptionEmbedder(c)
-        self.tok_embeddings = nn.Embedding(c.vocab_size, c.dim)
-        self.layers = nn.ModuleList(Block(c, i) for i in range(c.n_layer))
-        self.norm = RMSNorm(c.dim, c.norm_eps)
-        self.output = nn.Linear(c.dim, c.vocab_size, bias=False)
+        self.backbone = Transformer(c.decoder())
 
     @property
     def vocab_size(self) -> int:
@@ -194,12 +202,10 @@ class LlamaGen(nn.Module):
         return self.config.cls_token_num + self.config.block_size
 
     def new_cache(self, rows: int, capacity: int) -> KVCache:
-        p = self.output.weight
-        c = self.config
-        return KVCache(c.n_layer, rows, c.kv_heads, capacity, c.head_dim, dtype=p.dtype, device=p.device)
+        return self.backbone.new_cache(rows, capacity)
 
-    def rope(self, tokens, positions, prompt_len=None):
-        """cos/sin [R, T, 1, head_dim/2]: zero for condition tokens, 2-D (row, col) for image tokens."""
+    def rope(self, tokens, positions, prompt_len=None, dtype=torch.float32):
+        """cos/sin [R, 1, T, head_dim/2]: zero for condition tokens, 2-D (row, col) for image tokens."""
         c = self.config
         is_image = tokens < c.vocab_size
         if prompt_len is None:
@@ -209,24 +215,20 @@ class LlamaGen(nn.Module):
         freqs = c.rope_base ** (-torch.arange(0, 2 * quarter, 2, device=tokens.device).float() / (2 * quarter))
         ang = torch.cat([(g // c.grid)[..., None] * freqs, (g % c.grid)[..., None] * freqs], dim=-1)
         on = is_image[..., None].float()
-        return (ang.cos() * on)[:, :, None], (ang.sin() * on)[:, :, None]
+        return (ang.cos() * on)[:, None].to(dtype), (ang.sin() * on)[:, None].to(dtype)
 
     def forward(self, tokens, positions=None, mask=None, cache=None, prompt_len=None, bank=None):
         """``bank``: a t2i call's caption bank (:class:`Captioned` passes it)."""
-        c = self.config
+        c, b = self.config, self.backbone
         if positions is None:
             positions = torch.arange(tokens.shape[1], device=tokens.device).expand_as(tokens)
         is_image = (tokens < c.vocab_size)[..., None]
-        img = self.tok_embeddings(tokens.clamp(max=c.vocab_size - 1))
+        img = b.embed(tokens.clamp(max=c.vocab_size - 1))
         slots = (tokens - c.vocab_size).clamp(0, c.cond_ids - 1)
         cond = (self.cls_embedding(slots) if c.model_type == "c2i" else self.cls_embedding(slots, bank)).to(img.dtype)
         x = torch.where(is_image, img, cond)
-        rope = self.rope(tokens, positions, prompt_len)
-        if mask is not None:
-            mask = mask.to(x.dtype)
-        for layer in self.layers:
-            x = layer(x, rope, mask, cache)
-        logits = self.output(self.norm(x)).float()
+        rope = self.rope(tokens, positions, prompt_len, x.dtype)
+        logits = b.head(b.hidden(x, mask=mask, cache=cache, rope=rope)).float()
         return torch.cat([logits, logits.new_full((*logits.shape[:2], c.cond_ids), float("-inf"))], -1)
 
 
@@ -254,14 +256,3 @@ class Captioned(nn.Module):
 
     def forward(self, tokens, positions=None, mask=None, cache=None, prompt_len=None):
         return self.gpt(tokens, positions, mask, cache, prompt_len, self.bank)
-
-
-def rotate_pairs(x, rope):
-    """LlamaGen's rotary: consecutive pairs (x0, x1) rotated, computed in float."""
-    cos, sin = rope
-    xf = x.float().reshape(*x.shape[:-1], -1, 2)
-    x0, x1 = xf[..., 0], xf[..., 1]
-    return torch.stack([x0 * cos - x1 * sin, x1 * cos + x0 * sin], -1).flatten(-2).type_as(x)
-
-
-# --- checkpoints ----------------------------------------------------------------------------------

@@ -1,0 +1,250 @@
+"""Lumina-mGPT 2.0 (``Alpha-VLLM/Lumina-mGPT-2.0``): a 7B Chameleon-shaped decoder trained from
+scratch, with SBER-MoVQGAN 270M as its image tokenizer. Read from the checkpoint folder itself, with
+no transformers model class: ``config.json`` configures our decoder, the safetensors shards (through
+``model.safetensors.index.json``) load through a name map, the tokenizer files give the special ids.
+
+Image format (its ``data/item_processor.py`` and ``inference_solver.py``): ``<racm3:break>``, two
+size tokens ``<reserved{8800+n}>`` for the height and width in 32-pixel grids, then rows of 4n codes
+(MoVQGAN downsamples by 8), each followed by ``<reserved08799>``, then ``<eoss>``. Code ``c`` is id
+``155000 + c`` (16,384 codes: ids 155000..171383, the only ids its sampler lets an image cell take).
+The prompt is its chat turn: BOS (the tokenizer's, else its EOS, as xllmx's ``Tokenizer`` picks),
+``Generate an image of {w}x{h} according to the following prompt:\\n{text}`` and ``<reserved08706>``
+(end of turn); we append the image header. CFG's unconditional row is the header alone (its CFG
+processor restarts the unconditional branch at the image-start token).
+
+Differences we chose: its model samples the header itself (text top-k 10) and we force it to the
+requested size; its CFG processor rescales each step, ``cfg = max(4, cfg * (1 - done / cells))``,
+so every cfg but 1 acts as at least 4 there and its recommended cfg 4 (our default) is exactly 4
+throughout, while we keep any given cfg constant.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import cast
+
+import torch
+
+from ...core.contract import ImageModel
+from ...core.errors import ConfigError, WeightsError
+from ...core.layout import ImageLayout
+from ..bundle import ModelBundle, palette_decode, rows_encoder
+from ..movqgan import MOVQGAN_270M, MoVQDecoder, load_movqgan
+from ..transformer import NameMap, Transformer, TransformerConfig, check_finite, rename_state
+from .base import default_dtype, load_tokenizer, require_dir, to_pil, token_id
+from .chameleon import IMAGE_END, IMAGE_START, NEW_LINE, PROMPT, TURN_END, grid_token
+from .convert import hf_names, per_head
+
+IMAGE_OFFSET = 155000  # id of MoVQGAN code 0 (item_processor.get_image_token)
+PATCH = 32  # pixels per size-token grid
+DOWNSAMPLE = 8  # MoVQGAN: pixels per code
+SIZES = (256, 512, 768)  # 768: the released text-to-image size; 512: Omni's panels; 256: generate.py's default
+DEFAULTS = {"cfg": 4.0, "top_k": 4096, "temperature": 1.0}  # its README and scripts/sample.sh
+PREFIX = "model."  # the decoder stack's keys (transformers' Chameleon names), head at lm_head.weight
+VQ_PLACES = (
+    "movqgan_270M.ckpt",
+    "movqgan/270M/movqgan_270M.ckpt",
+    "270M/movqgan_270M.ckpt",
+    "movqgan/movqgan_270M.ckpt",
+)
+
+
+# --- the decoder -----------------------------------------------------------------------------------
+
+
+def config_from_json(raw: dict, what: str = "config.json") -> TransformerConfig:
+    """Our decoder's config from a Lumina-mGPT 2.0 (Chameleon) ``config.json`` (RoPE's base as
+    transformers 4 writes it, ``rope_theta``, or as 5 does, in ``rope_parameters``); whatever our
+    decoder does not compute is refused by name rather than computed differently."""
+    refused = {
+        "hidden_act": raw.get("hidden_act", "silu") != "silu",
+        "attention_bias": bool(raw.get("attention_bias", False)),
+        "mlp_bias": bool(raw.get("mlp_bias", False)),
+        "rope_scaling": raw.get("rope_scaling") is not None,
+        "rope_parameters": (raw.get("rope_parameters") or {}).get("rope_type", "default") != "default",
+    }
+    bad = [k for k, is_bad in refused.items() if is_bad]
+    if bad:
+        raise ConfigError(f"{what}: {', '.join(f'{k}={raw[k]!r}' for k in bad)}: our decoder does not compute that")
+    try:
+        heads = int(raw["num_attention_heads"])
+        return TransformerConfig(
+            vocab_size=int(raw["vocab_size"]),
+            dim=int(raw["hidden_size"]),
+            n_layers=int(raw["num_hidden_layers"]),
+            n_heads=heads,
+            ffn_dim=int(raw["intermediate_size"]),
+            max_seq_len=int(raw.get("max_position_embeddings", 4096)),
+            rope_theta=float(raw.get("rope_theta") or (raw.get("rope_parameters") or {}).get("rope_theta", 10000.0)),
+            norm_eps=float(raw.get("rms_norm_eps", 1e-5)),
+            n_kv_heads=int(raw.get("num_key_value_heads") or heads),
+            qk_norm="chameleon",
+            swin_norm=bool(raw.get("swin_norm", False)),
+            tie_embeddings=bool(raw.get("tie_word_embeddings", False)),
+        )
+    except (KeyError, TypeError, ValueError) as e:
+        raise WeightsError(f"{what} lacks or garbles {e}: is it a Lumina-mGPT 2.0 config?") from e
+
+
+def names(cfg: TransformerConfig) -> NameMap:
+    """Our keys -> the checkpoint's: transformers' Chameleon names (see :mod:`.convert`)."""
+    out = hf_names(cfg, PREFIX)
+    if cfg.tie_embeddings:
+        out["head.weight"] = PREFIX + "embed_tokens.weight"
+    return out
+
+
+class ShardedTensors(Mapping):
+    """The tensors of a safetensors checkpoint folder by name, read lazily from the shard that
+    ``model.safetensors.index.json`` names (or ``model.safetensors`` alone), cast to ``dtype``."""
+
+    def __init__(self, path: Path, dtype: torch.dtype):
+        from safetensors import safe_open
+
+        index = path / "model.safetensors.index.json"
+        try:
+            if index.is_file():
+                self.where = dict(json.loads(index.read_text())["weight_map"])
+            else:
+                with safe_open(str(path / "model.safetensors"), framework="pt") as f:
+                    self.where = {k: "model.safetensors" for k in f.keys()}
+        except Exception as e:  # no weights, a broken index
+            raise WeightsError(f"cannot read the safetensors index or weights in {path}: {e}") from e
+        self.path, self.dtype, self.open = path, dtype, safe_open
+
+    def __getitem__(self, key: str) -> torch.Tensor:
+        try:
+            with self.open(str(self.path / self.where[key]), framework="pt") as f:
+                return f.get_tensor(key).to(self.dtype)
+        except KeyError:
+            raise
+        except Exception as e:  # a missing or truncated shard
+            raise WeightsError(f"cannot read {key} from {self.path / self.where[key]}: {e}") from e
+
+    def __contains__(self, key) -> bool:
+        return key in self.where
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.where)
+
+    def __len__(self) -> int:
+        return len(self.where)
+
+
+def load_decoder(path: Path, dtype: torch.dtype, device: str) -> Transformer:
+    """Our decoder with the checkpoint's weights: q/k/v and gate/up fused, q/k norms stored per
+    model-parallel shard (``[model_parallel_size, head_dim]``) repeated over their heads as its
+    ``ChameleonLayerNorm`` does."""
+    cfg = config_from_json(json.loads((path / "config.json").read_text()), str(path / "config.json"))
+    tensors = ShardedTensors(path, dtype)
+    state, _ = rename_state(tensors, names(cfg), cfg, f"the checkpoint in {path}")  # type: ignore[arg-type]
+    for i in range(cfg.n_layers):
+        for norm, heads in (("q_norm", cfg.n_heads), ("k_norm", cfg.kv_heads)):
+            for p in ("weight", "bias"):
+                key = f"layers.{i}.attn.{norm}.{p}"
+                state[key] = per_head(state[key], heads, f"{PREFIX}layers.{i}.self_attn.{norm}.{p}")
+    if cfg.tie_embeddings:
+        state.pop("head.weight")
+    check_finite(state, path)
+    with torch.device("meta"):
+        model = Transformer(cfg)
+    try:
+        model.load_state_dict(state, assign=True, strict=not cfg.tie_embeddings)
+    except RuntimeError as e:
+        raise WeightsError(f"{path}: tensors that do not fit its config.json: {e}") from e
+    if cfg.tie_embeddings:
+        model.head.weight = model.embed.weight
+    return model.to(device).eval()
+
+
+# --- the bundle ------------------------------------------------------------------------------------
+
+
+def lumina2_layout(rows: int, cols: int, ids: dict[str, int], offset: int, codes: int, header=()) -> ImageLayout:
+    """``rows`` x ``cols`` codes (4 per 32-px size grid), each row ended by ``ids['eol']``, the image
+    by ``ids['end']``; cells take ids [offset, offset + codes). The bundle puts the image header in
+    its prompts; ``header`` puts it in the layout instead (for the exactness harness)."""
+    return ImageLayout(rows, cols, (offset, offset + codes), eol_id=ids["eol"], end_id=ids["end"], header=tuple(header))
+
+
+def check_size(size: int) -> int:
+    if size not in SIZES:
+        raise ConfigError(
+            f"Lumina-mGPT 2.0 makes square images of {', '.join(map(str, SIZES))} px "
+            f"(768 is its release size), not {size}"
+        )
+    return size // PATCH
+
+
+def lumina2_pipeline(
+    model: Transformer,
+    tokenizer,
+    size: int = 768,
+    vq: MoVQDecoder | None = None,
+    offset: int = IMAGE_OFFSET,
+    codes: int = MOVQGAN_270M.codes,
+) -> ModelBundle:
+    """The bundle for a ``size`` x ``size`` image (one of :data:`SIZES`)."""
+    grids = check_size(size)
+    ids = {k: token_id(tokenizer, t) for k, t in (("start", IMAGE_START), ("end", IMAGE_END), ("eol", NEW_LINE))}
+    header = [ids["start"], token_id(tokenizer, grid_token(grids)), token_id(tokenizer, grid_token(grids))]
+    if offset + codes > model.vocab_size:
+        raise WeightsError(
+            f"image ids {offset}..{offset + codes - 1} do not fit the model's {model.vocab_size} ids: "
+            "is this a Lumina-mGPT 2.0 checkpoint?"
+        )
+    if vq is not None and (vq.config.codes, vq.config.downsample) != (codes, DOWNSAMPLE):
+        raise WeightsError(
+            f"the MoVQGAN has {vq.config.codes} codes at {vq.config.downsample}x downsampling; "
+            f"Lumina-mGPT 2.0 needs {codes} at {DOWNSAMPLE}x (SBER-MoVQGAN 270M)"
+        )
+    side = grids * PATCH // DOWNSAMPLE
+    layout = lumina2_layout(side, side, ids, offset, codes)
+    if len(header) + layout.length + 64 > model.max_seq_len:  # 64: room for the prompt
+        raise ConfigError(
+            f"a {size} px image takes {layout.length} tokens, past the model's {model.max_seq_len} positions"
+        )
+    bos = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.eos_token_id
+
+    def encode(text: str) -> list[int]:
+        turn = PROMPT.format(w=size, h=size, text=text) + TURN_END
+        return [bos, *tokenizer(turn, add_special_tokens=False)["input_ids"], *header]
+
+    def decode(grids_: torch.Tensor, _=None):
+        if vq is None:
+            return palette_decode(grids_, layout.image_ids)
+        with torch.inference_mode():  # one image at a time: a 768 px decode holds ~1 GB of activations
+            pixels = [vq.decode_codes(g[None] - offset) for g in grids_.cpu()]
+        return to_pil(torch.cat(pixels), rounded=True)  # its show_images: ((x + 1) * 127.5).round()
+
+    return ModelBundle(
+        "lumina2",
+        cast(ImageModel, model),  # Transformer keeps the contract (read-only vocab_size, max_seq_len)
+        layout,
+        rows_encoder(encode, header),
+        decode,
+        dict(DEFAULTS),
+        note="" if vq is not None else "no movqgan_270M.ckpt found: images are token palettes",
+        latents=None if vq is None else vq.codebook.detach().float().cpu(),
+    )
+
+
+def find_movqgan(path: Path) -> Path | None:
+    """``movqgan_270M.ckpt`` in the folder, or where Lumina-mGPT 2.0's README puts it (relative to
+    the folder: ``movqgan/270M/``)."""
+    return next((path / p for p in VQ_PLACES if (path / p).is_file()), None)
+
+
+def load(path: str | Path, device: str = "cpu", size: int | None = None, trust_checkpoint: bool = False) -> ModelBundle:
+    """``size``: image side in pixels (default 768). Weights load in bf16 on CUDA, else float32."""
+    check_size(size or 768)  # refuse a bad size before reading gigabytes
+    folder = require_dir(path, "Lumina-mGPT 2.0")
+    if not (folder / "config.json").is_file():
+        raise WeightsError(f"{folder} has no config.json: is it a Lumina-mGPT 2.0 checkpoint folder?")
+    model = load_decoder(folder, default_dtype(device), device)
+    tokenizer = load_tokenizer(folder, "Lumina-mGPT 2.0")
+    ckpt = find_movqgan(folder)
+    vq = load_movqgan(ckpt, device, trust_checkpoint) if ckpt else None
+    return lumina2_pipeline(model, tokenizer, size or 768, vq)
