@@ -168,8 +168,8 @@ def lossy() -> str:
     return md_table(cols, cells) + f"\nTV noise floor (`sjd`, exact, same sample size): {d['tv_noise_floor']:.3f}.\n"
 
 
-def throughput() -> str:
-    return throughput_table(load("throughput/throughput.json")["rows"])
+def throughput(folder: str = "throughput") -> str:
+    return throughput_table(load(f"{folder}/throughput.json")["rows"])
 
 
 def video() -> str:
@@ -318,13 +318,16 @@ def compiled_cpu() -> str:
 
 PROFILE_LINE = re.compile(
     r"wall ([\d.]+) s, model forward [\d.]+ s, overhead share ([\d.]+)%, \d+ forwards, (\d+) torch ops"
+    r"(?:.*?bookkeeping ([\d.]+) ms per iteration)?"
 )
 
 
-def profile() -> str:
+def profile(folder: str = "profile") -> str:
+    """`benchmarks/<folder>/before.md` against `after.md` (profile_step.py's output)."""
+
     def read(name):
         out, method = {}, None
-        for line in (BENCH / "profile" / name).read_text().splitlines():
+        for line in (BENCH / folder / name).read_text().splitlines():
             if line.startswith("### "):
                 method = line[4:].strip()
             elif m := PROFILE_LINE.match(line):
@@ -332,14 +335,15 @@ def profile() -> str:
         return out
 
     before, after = read("before.md"), read("after.md")
+    booked = all(a[3] and before.get(m, (None,) * 4)[3] for m, a in after.items())
     cols = [
         "method, window",
         "overhead share before -> after",
         "torch ops per iteration outside the model",
         "wall per image",
-    ]
+    ] + (["bookkeeping per iteration"] if booked else [])
     cells = []
-    for method, (wall, share, ops) in after.items():
+    for method, (wall, share, ops, book) in after.items():
         b = before.get(method)
         if not b:
             continue
@@ -350,6 +354,7 @@ def profile() -> str:
                 f"{int(b[2]):,} -> {int(ops):,}",
                 f"{float(b[0]):.2f} s -> {float(wall):.2f} s",
             ]
+            + ([f"{float(b[3]):.2f} ms -> {float(book):.2f} ms"] if booked else [])
         )
     return md_table(cols, cells)
 
@@ -367,6 +372,7 @@ TABLES = {
     "quality": quality,
     "lossy": lossy,
     "throughput": throughput,
+    "throughput-lean-step": lambda: throughput("lean-step"),
     "video": video,
     "video-models": video_models,
     "h200-forward": h200_forward,
@@ -374,6 +380,7 @@ TABLES = {
     "h200-embedded": h200_embedded,
     "compiled-cpu": compiled_cpu,
     "profile": profile,
+    "profile-lean-step": lambda: profile("profile/lean-step"),
 }
 
 

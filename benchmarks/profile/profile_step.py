@@ -79,7 +79,8 @@ def main() -> None:
         print(
             f"wall {best.wall_time:.3f} s, model forward {best.forward_time:.3f} s, overhead share "
             f"{1 - best.forward_time / best.wall_time:.1%}, {best.nfe} forwards, "
-            f"{count_ops(pipe, args.prompt, method, int(window), 1):.0f} torch ops per iteration outside the model "
+            f"{count_ops(pipe, args.prompt, method, int(window), 1):.0f} torch ops per iteration outside the model, "
+            f"bookkeeping {(best.wall_time - best.forward_time) / best.nfe * 1e3:.3f} ms per iteration "
             f"({time.strftime('%H:%M')}, load {open('/proc/loadavg').read().split()[0]})\n"
         )
         print("| own time (s, under cProfile) | function |\n|---|---|")

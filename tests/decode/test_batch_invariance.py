@@ -1,8 +1,8 @@
 """With ``deterministic=True`` a batch never changes a sequence (issues 39, 49): in float32, sampled
 (no greedy shortcut), every preset gives each sequence the same tokens alone, in one batch, and one
-at a time with refill, on the random and the shipped model (PJD's presets on the shipped model one
-row at a time only: see the test). The batch shares each forward, run on row-invariant kernels
-(:mod:`jacobigen.core.invariant`); two mutants, a forward and a linear kernel whose rows depend on
+at a time with refill, on the random model, and a preset of each kind of part on the shipped model
+(PJD's there one row at a time only: see the test). The batch shares each forward, run on
+row-invariant kernels (:mod:`jacobigen.core.invariant`); two mutants, a forward and a linear kernel whose rows depend on
 the row count, are shown to fail the same check."""
 
 from functools import cache
@@ -77,19 +77,22 @@ def test_every_preset_alone_equals_batched_on_the_random_model(method):
     check(random_runs, method)
 
 
-ROW_PARALLEL = [m for m in METHODS if m.startswith("pjd")]
+# on the shipped model, one preset per kind of part (every preset runs on the random model above):
+# plain AR, the proactive tree, the verification prior, a relaxed verifier (lantern+vp first caught
+# attention rounding by cache length), PJD's rows (below); scd-mc with refill above
+SHIPPED = ["ar", "sjd-pac", "sjd-vp", "lantern+vp", "gsd"]
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("method", [m for m in METHODS if m != "scd-mc" and m not in ROW_PARALLEL])
-def test_every_preset_alone_equals_batched_on_the_shipped_model(method):
+@pytest.mark.parametrize("method", SHIPPED)
+def test_presets_alone_equal_batched_on_the_shipped_model(method):
     """One batch of all four (refill and compaction on this model: scd-mc above; on the random one:
     every preset)."""
     check(lambda m: shipped_runs(m, sizes=(None,)), method)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("method", ROW_PARALLEL)
+@pytest.mark.parametrize("method", ["pjd", "pjd+scd-mc+pac"])
 def test_row_parallel_presets_equal_alone_one_row_at_a_time(method):
     """PJD's block holds as many segments, each as wide, as the batch's widest row needs (and its
     tree as deep), so batched its rows may see another block than alone (the README says so); one

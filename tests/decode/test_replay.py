@@ -91,7 +91,17 @@ def test_a_step_that_keeps_python_state_is_refused(monkeypatch):
         return segments(self, *args)
 
     monkeypatch.setattr(Chain, "segments", counting)
-    with replay.on_cpu(), pytest.raises(RuntimeError, match=r"changed Chain\.calls"):
+    with replay.on_cpu(), pytest.raises(RuntimeError, match=r"replaced Chain\.calls, which its owner's STATE"):
+        _run(random_model(), "sjd", [1])
+
+
+def test_state_a_part_does_not_declare_is_refused(monkeypatch):
+    """The replay keeps only the declared STATE in place: a part that leaves out a tensor it replaces
+    (the chain's accepted-run counter) is caught while recording, not replayed stale."""
+    from jacobigen.decode.chain import Chain
+
+    monkeypatch.setattr(Chain, "STATE", tuple(n for n in Chain.STATE if n != "step"))
+    with replay.on_cpu(), pytest.raises(RuntimeError, match=r"replaced Chain\.step"):
         _run(random_model(), "sjd", [1])
 
 

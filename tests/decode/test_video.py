@@ -6,21 +6,24 @@ PJD's rows), all seven mutants of docs/DESIGN.md §6.2 are rejected there, and P
 parallel within a frame only.
 """
 
+import dataclasses
+
 import pytest
 import torch
 
-from jacobigen import METHODS, ConfigError, generate
+from jacobigen import METHODS, ConfigError, generate, get_method
 from jacobigen.core.layout import ImageLayout, VideoLayout
 from jacobigen.core.sampling import SamplingConfig
 from jacobigen.decode.jacobi import JacobiDecoder, Parts
 from jacobigen.models.transformer import Transformer, TransformerConfig
-from jacobigen.parts.drafters import Independent
+from jacobigen.parts.drafters import Copy, Independent
 from jacobigen.parts.tree import ProactiveTree
 from jacobigen.parts.verifiers import Verifier
 from jacobigen.tools.exactness import exact_distribution, gof_pvalue, sample, tiny_model, tv_distance, video_layout
 from tests.decode.test_exactness import FAIL, PASS, STRONG_VP, N, RecordingVP
 from tests.helpers.mutants import (
     CarryOldQ,
+    CopyWithBaseQ,
     MinimumAcceptance,
     ResidualFromTarget,
     ResidualUnlessUnitMass,
@@ -310,8 +313,10 @@ def test_bench_on_a_video_model_tiles_the_acceptance_map_per_frame(tmp_path):
 
 @pytest.mark.parametrize("method,opts", [("scd-mc+pac", {}), ("pjd+scd-mc", {"pjd_context": 2})])
 def test_a_clip_does_not_depend_on_its_batch(method, opts):
-    """Continuous refill on clips: three prompts through a batch of one row equal one batch of three."""
-    model, kw = random_clip_model(2), dict(layout=CLIP, method=method, window=8, seed=[4, 5, 6], **opts)
+    """Continuous refill on clips: three prompts through a batch of one row equal one batch of three
+    (bit for bit: the deterministic mode's promise)."""
+    kw = dict(layout=CLIP, method=method, window=8, seed=[4, 5, 6], deterministic=True, **opts)
+    model = random_clip_model(2)
     prompts = [[67, 1], [67, 2, 3], [67]]
     alone = generate(model, prompts, batch_size=1, **kw).tokens
     assert torch.equal(generate(model, prompts, **kw).tokens, alone)
@@ -324,3 +329,80 @@ def test_bench_refuses_fid_on_clips(tmp_path):
 
     res = CliRunner().invoke(main, ["bench", "--model", "random-video", "--fid", "4", "--out", str(tmp_path)])
     assert res.exit_code == 2 and "makes clips" in res.output
+
+
+# --- the frame copy on a clip: its source one frame back ------------------------------------------
+
+
+class CountingCopy(Copy):
+    """The copy drafter, counting the drafts it copied (``source``: the last call's copied slots)."""
+
+    copied = 0
+    source: torch.Tensor | None = None
+
+    def draft(self, slots, draws):
+        CountingCopy.source = self.copies(slots)
+        CountingCopy.copied += 0 if CountingCopy.source is None else int(CountingCopy.source.sum())
+        return super().draft(slots, draws)
+
+
+class CountingVerifier(Verifier):
+    """Exact verification, counting the copied drafts it accepted along the spine (depth d is
+    accepted when d <= k and the path runs through block node d). PJD's segments are not counted."""
+
+    accepted = 0
+
+    def verify(self, p, window, m, positions, draws):
+        k, nxt, path = super().verify(p, window, m, positions, draws)
+        source, w = CountingCopy.source, window.tokens.shape[1]
+        if source is not None and source.shape == window.tokens.shape:
+            depth = torch.arange(1, w + 1)
+            kept = (depth <= k[:, None]) & (path[:, 1 : w + 1] == depth)
+            CountingVerifier.accepted += int((kept & source).sum())
+        return k, nxt, path
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "method,window,options",
+    [
+        ("copy", 5, {}),  # a slot entering the window finds the cell one frame back committed
+        ("scd-gs+copy", 5, {}),
+        ("scd-mc+pac+copy", 6, {**SMALL_TREE, "copy_min_p": 0}),
+        ("scd-mc+copy", 6, {"copy_min_p": 0.3}),
+    ],
+)
+def test_frame_copy_is_exact_on_a_clip(clip, method, window, options):
+    """The copy drafter's source on a clip is the cell one frame back (4 tokens on this 1 x 3 clip):
+    its point mass is the exact q. The drafts are counted: copies were drafted and accepted."""
+    parts = counting_parts(method, window, options)
+    CountingCopy.copied = CountingVerifier.accepted = 0
+    assert clip_pvalue(clip, parts, GUIDED) > PASS
+    assert CountingCopy.copied > 1000 and CountingVerifier.accepted > 100, (
+        CountingCopy.copied,
+        CountingVerifier.accepted,
+    )
+
+
+@pytest.mark.slow
+def test_frame_copy_on_pjd_rows_is_exact_on_a_clip(rows_clip):
+    """PJD's rows (one row at a time, c = C: exact) with every slot copying where it has a source."""
+    model, lay, exact = rows_clip
+    parts = counting_parts("pjd+scd-mc+copy", 4, {"pjd_context": lay.cols, "copy_min_p": 0})
+    CountingCopy.copied = 0
+    assert gof_pvalue(exact, sample(model, lay, PLAIN, parts, N)) > PASS
+    assert CountingCopy.copied > 1000
+
+
+def counting_parts(method, window, options):
+    """The method's parts with the counting copy drafter and verifier in place of theirs."""
+    parts = get_method(method).build(window, **options)
+    drafter = parts.drafter
+    assert isinstance(drafter, Copy)
+    return dataclasses.replace(parts, drafter=CountingCopy(drafter.base, drafter.min_p), verifier=CountingVerifier())
+
+
+@pytest.mark.slow
+def test_frame_copy_mutant_is_rejected_on_a_clip(clip):
+    """Mutant: copies verified against the base's q instead of their point mass."""
+    assert clip_pvalue(clip, Parts(CopyWithBaseQ(Independent(), 0), Verifier(), 5)) < FAIL

@@ -13,6 +13,8 @@ import torch
 
 
 class KVCache:
+    STATE = ("keys", "values", "lengths", "_index", "_rows")  # what a step reads and replaces (decode.replay)
+
     def __init__(
         self,
         n_layers: int,

@@ -92,6 +92,14 @@ class ImageLayout:
             out[-1] = self.end_id
         return out
 
+    def id_span(self, vocab_size: int) -> tuple[int, int]:
+        """The range [lo, hi) of the ids an image can hold, free or forced: targets and draws are
+        computed within it (an image's ids are often a fraction of the vocabulary: 1,027 of the
+        embedded model's 5,422), every id outside has probability 0."""
+        lo, hi = self.image_ids
+        forced = [t for t in (self.eol_id, self.end_id, self.eof_id) if t is not None]
+        return min([lo, *forced]), min(max([hi, *(t + 1 for t in forced)]), vocab_size)
+
     def allowed(self, vocab_size: int, device=None) -> torch.Tensor:
         """Boolean [V] mask of ids a free grid cell may take."""
         lo, hi = self.image_ids

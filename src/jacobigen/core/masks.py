@@ -57,7 +57,7 @@ class BandMask:
         self.windows = band.unfold(1, capacity, 1).permute(1, 0, 2)
 
     def __call__(self, lengths: torch.Tensor) -> torch.Tensor:
-        return self.windows[self.capacity - lengths][:, None]
+        return self.windows.index_select(0, self.capacity - lengths).unsqueeze(1)
 
 
 def row_causal_mask(anchor_pos, shared, node_ok, slot_pos, within: torch.Tensor | None = None):

@@ -58,7 +58,10 @@ _UNIFORM, _GUMBEL = 0, 1
 
 def hash_keys(*keys: torch.Tensor | int) -> torch.Tensor:
     """Broadcast the keys together and hash them into uint32 values held in int64."""
-    return torch.from_numpy(_hash_small(keys).view(np.int64)) if _small(keys) else _hash_torch(keys)
+    size = _host_size(keys)
+    if size == 1:
+        return torch.tensor(_hash_ints(keys), dtype=torch.int64).view([1] * _rank(keys))
+    return torch.from_numpy(_hash_numpy(keys).view(np.int64)) if size is not None else _hash_torch(keys)
 
 
 def _domain(stream: torch.Tensor | int, keys: tuple, kind: int) -> tuple:
@@ -71,8 +74,11 @@ def _domain(stream: torch.Tensor | int, keys: tuple, kind: int) -> tuple:
 
 def _unit(keys: tuple) -> torch.Tensor:
     """Float64 uniforms strictly inside (0, 1), one per broadcast key."""
-    if _small(keys):
-        return torch.from_numpy(np.asarray((_hash_small(keys) + 0.5) / 2.0**32))
+    size = _host_size(keys)
+    if size == 1:  # one sequence's single draw (plain AR): Python integers, no array at all
+        return torch.tensor((_hash_ints(keys) + 0.5) / 2.0**32, dtype=torch.float64).view([1] * _rank(keys))
+    if size is not None:
+        return torch.from_numpy(np.asarray((_hash_numpy(keys) + 0.5) / 2.0**32))
     return (_hash_torch(keys).to(torch.float64) + 0.5) / 2.0**32
 
 
@@ -88,32 +94,35 @@ def uniform(stream: torch.Tensor | int, *keys: torch.Tensor | int) -> torch.Tens
 _SMALL = 4096
 
 
-def _on_cpu(keys) -> bool:
-    """Keys a host-side hash may take: CPU tensors, outside a compiled graph (which traces torch only)."""
+def _host_size(keys) -> int | None:
+    """Elements of the keys' broadcast shape (the keys broadcast by contract) when a host-side hash
+    may take them: CPU tensors of at most ``_SMALL`` elements, outside a compiled graph (which
+    traces torch only); None otherwise."""
     if recording():
-        return False
-    return all(k.device.type == "cpu" for k in keys if torch.is_tensor(k))
+        return None
+    dims: list[int] = []
+    for k in keys:
+        if isinstance(k, torch.Tensor):
+            if k.device.type != "cpu":
+                return None
+            shape = k.shape
+            if len(shape) > len(dims):
+                dims[:0] = [1] * (len(shape) - len(dims))
+            for i, d in enumerate(shape, len(dims) - len(shape)):
+                if d != 1:
+                    dims[i] = d
+    size = math.prod(dims)
+    return size if size <= _SMALL else None
 
 
-def _size(keys) -> int:
-    """Elements of the keys' broadcast shape (the keys broadcast by contract)."""
-    shapes = [k.shape for k in keys if torch.is_tensor(k)]
-    dims = [1] * max(map(len, shapes), default=0)
-    for shape in shapes:
-        for i, d in enumerate(shape, len(dims) - len(shape)):
-            if d != 1:
-                dims[i] = d
-    return math.prod(dims)
-
-
-def _small(keys) -> bool:
-    return _on_cpu(keys) and _size(keys) <= _SMALL
+def _rank(keys) -> int:
+    return max((k.dim() for k in keys if isinstance(k, torch.Tensor)), default=0)
 
 
 def _hash_torch(keys) -> torch.Tensor:
     cut = 0
-    if _on_cpu(keys):
-        while cut < len(keys) and _size(keys[: cut + 1]) <= _SMALL:
+    if not recording() and all(k.device.type == "cpu" for k in keys if isinstance(k, torch.Tensor)):
+        while cut < len(keys) and _host_size(keys[: cut + 1]) is not None:
             cut += 1
     h = (
         torch.from_numpy(_hash_numpy(keys[:cut]).view(np.int64))
@@ -126,15 +135,12 @@ def _hash_torch(keys) -> torch.Tensor:
     return h
 
 
-def _hash_small(keys) -> np.ndarray:
-    """NumPy for a few values; plain integers for one (a single sequence's plain-AR sample)."""
-    shapes = [k.shape for k in keys if torch.is_tensor(k)]
-    if all(math.prod(shape) == 1 for shape in shapes):
-        h = 0x9E3779B9
-        for k in keys:
-            h = _mix_int((h ^ (int(k) & _MASK32)) + 0x632BE5AB & _MASK32)
-        return np.full([1] * max(map(len, shapes), default=0), h, dtype=np.uint64)
-    return _hash_numpy(keys)
+def _hash_ints(keys) -> int:
+    """The hash of keys of one element each, in Python integers (the same values as the array paths)."""
+    h = 0x9E3779B9
+    for k in keys:
+        h = _mix_int((h ^ (int(k) & _MASK32)) + 0x632BE5AB & _MASK32)
+    return h
 
 
 def _mix_int(x: int) -> int:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 
 from .checks import integer, number
 from .kernels import cumsum
@@ -56,7 +57,7 @@ def target_probs(
     """
     logits = logits.float()
     if sampling.guided:
-        cond, uncond = logits[0::2], logits[1::2]
+        cond, uncond = logits.unflatten(0, (-1, 2)).unbind(1)
         logits = uncond + sampling.cfg * (cond - uncond)
     # total for any finite setting: a huge cfg overflows to +-inf (or NaN), which would make the
     # softmax NaN and the sampler return an id outside the vocabulary; clamp to finite, block the
@@ -91,19 +92,23 @@ class TargetPipeline:
     def __init__(self, sampling: SamplingConfig, layout, vocab_size: int, device=None):
         self.sampling = sampling
         self.allowed = layout.allowed(vocab_size, device)
-        self.blocked = ~self.allowed
-        k = sampling.top_k
-        self.support_size = k if k is not None and k < vocab_size else None  # ids in with_support's support
         self.forced = layout.forced(device)
         ids = sorted(set(self.forced[self.forced >= 0].tolist()))
-        self.onehot = torch.zeros(1 + len(ids), vocab_size, device=device)
+        lo, hi = self.span = layout.id_span(vocab_size)  # targets are computed there, then laid into [V]
+        self.vocab_size = vocab_size
+        self.inside = self.allowed[lo:hi]  # the span's allowed ids, and the others
+        self.blocked = ~self.inside
+        k = sampling.top_k
+        self.support_size = k if k is not None and k < hi - lo else None  # ids in with_support's support
         kind = torch.zeros(layout.length + 1, dtype=torch.int64, device=device)  # past the end: free
         self.ids = torch.tensor([0, *ids], device=device)  # the structural id of each kind
+        self.onehot = torch.zeros(1 + len(ids), hi - lo, device=device)  # over the span
         for i, tok in enumerate(ids):
-            self.onehot[1 + i, tok] = 1.0
+            self.onehot[1 + i, tok - lo] = 1.0
             kind[:-1][self.forced == tok] = 1 + i
         self.kind, self.length = kind, layout.length
-        self.prior_table = self.onehot.clone()
+        self.prior_table = torch.zeros(1 + len(ids), vocab_size, device=device)
+        self.prior_table[:, lo:hi] = self.onehot
         self.prior_table[0] = self.allowed.float() / self.allowed.sum()
 
     def prior(self, gen_positions: torch.Tensor) -> torch.Tensor:
@@ -118,10 +123,13 @@ class TargetPipeline:
     def with_support(self, logits: torch.Tensor, gen_positions: torch.Tensor):
         """(p, support): ``support`` [B, T, k] holds ids outside which p is zero (the top-k ids,
         the forced id where forced), or is None without top-k."""
-        kind = self.kind[gen_positions.clamp(0, self.length)]
-        probs, top = target_probs(logits, self.sampling, self.allowed, self.blocked, with_top=True)
-        forced = (kind > 0)[..., None]
-        probs = torch.where(forced, self.onehot[kind], probs)
+        # a step runs this once per forward: table lookups as embeddings and views, not indexing
+        kind = torch.take(self.kind, gen_positions.clamp(0, self.length))
+        lo, hi = self.span
+        span = logits.narrow(-1, lo, hi - lo)
+        probs, top = target_probs(span, self.sampling, self.inside, self.blocked, with_top=True)
+        forced = (kind > 0).unsqueeze(-1)
+        probs = torch.where(forced, F.embedding(kind, self.onehot), probs)
         if top is not None:
-            top = torch.where(forced, self.ids[kind, None], top)
-        return probs, top
+            top = torch.where(forced, F.embedding(kind, self.ids.unsqueeze(-1)), top + lo)
+        return F.pad(probs, (lo, self.vocab_size - hi)), top

@@ -213,7 +213,7 @@ class Batch:
         step = done_now.tokens
         fl.committed = fl.committed + step
         fl.live = running
-        fl.when = torch.where(sched.settled(fl) & (fl.when < 0), fl.iteration[:, None], fl.when)
+        fl.when = torch.where(sched.settled(fl) & (fl.when < 0), fl.iteration.unsqueeze(1), fl.when)
         if self.stats:
             self.stats.record(fl.seq, step, running, done_now.nodes, done_now.off_spine)
         was, running = running, fl.committed < self.length

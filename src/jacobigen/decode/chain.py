@@ -33,6 +33,9 @@ class ChainBlock(ForwardBlock):
 
 
 class Chain:
+    # what a step reads and replaces, and what the batch replaces between steps (decode.replay)
+    STATE = ("p", "q", "tokens", "step", "spine", "support", "no_slots", "no_tree", "auto")
+
     def __init__(self, layout, window: int, tree, targets, device):
         w = self.drafts = window - 1
         self.size, self.length, self.targets, self.device = window, layout.length, targets, device
@@ -65,7 +68,7 @@ class Chain:
 
     def settled(self, fl: Flight) -> torch.Tensor:
         """Committed positions [B, length]: a prefix."""
-        return self.positions < fl.committed[:, None]
+        return self.positions < fl.committed.unsqueeze(1)
 
     def start(self, rows: int, vocab: int, cache) -> None:
         w, dev = self.drafts, self.device
@@ -136,18 +139,18 @@ class Chain:
 
     def block(self, fl: Flight, seg: Segments, cache) -> ChainBlock:
         n, w = fl.committed, self.drafts
-        last = (n - 1).clamp(min=0)[:, None]
+        last = (n - 1).clamp(min=0).unsqueeze(1)
         root = fl.board.gather(1, last)
         m = (self.length - 1 - n).clamp(0, w) if w else None  # no drafts: nothing to verify
         tree = self._tree(seg, root[:, 0], m) if self.levels and m is not None else None
         if tree is None or m is None:  # a plain chain this iteration
             assert self.band is not None  # laid out by start()
             return ChainBlock(
-                torch.cat([root, seg.window.tokens], 1),
+                torch.cat([root, seg.window.tokens], 1) if w else root,
                 last + self.depths,
                 self.band(cache.lengths),
                 m,
-                n[:, None] + self.depths,
+                n.unsqueeze(1) + self.depths,
             )
         tb, value = tree
         structure = per_model_row(tb.structure, cache.rows // n.shape[0])
@@ -198,7 +201,7 @@ class Chain:
         if self.drafts:
             accepted = block.tokens.gather(1, path[:, 1:]) if tree else block.tokens[:, 1:]
             fl.board.scatter_(1, n[:, None] + self.arange_w, accepted)
-        fl.board.scatter_(1, (n + k)[:, None], nxt[:, None])
+        fl.board.scatter_(1, (n + k).unsqueeze(1), nxt.unsqueeze(1))
         self.step = (k + 1) * active
         group = cache.rows // n.shape[0]
         # a chain keeps a prefix of its block, already in place; a tree's path is moved there (only
@@ -207,9 +210,11 @@ class Chain:
         cache.commit(keep, per_model_row(self.step, group))
         self.p, self.support = p, support
         off_spine = torch.zeros_like(k)
-        self.spine = tree.nodes.spine if tree else torch.full_like(self.spine, self.drafts)
         if tree:
+            self.spine = tree.nodes.spine
             off_spine = ((path[:, 1:] > self.spine[:, None]) & (self.arange_w < k[:, None])).sum(1)
+        elif self.levels:  # a tree's iteration without siblings: the whole window is spine
+            self.spine = torch.full_like(self.spine, self.drafts)
         if self.auto:
             assert block.m is not None  # a tree has drafts
             value = block.tree_value if block.tree_value is not None else torch.zeros_like(k)

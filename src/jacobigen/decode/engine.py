@@ -13,7 +13,7 @@ import time
 import warnings
 from contextlib import nullcontext
 from dataclasses import dataclass
-from typing import Any, Final, Literal, NamedTuple, Protocol, cast
+from typing import Any, ClassVar, Final, Literal, NamedTuple, Protocol, cast
 
 import torch
 
@@ -68,6 +68,8 @@ class Flight:
     committed: torch.Tensor  # [B] committed tokens (>= length: finished or free)
     live: torch.Tensor  # [B] the last forward counted for this row (its targets may be reused)
     when: torch.Tensor  # [B, length] iteration that committed each token (0: the prefill; -1: not yet)
+
+    STATE: ClassVar = ("seq", "seeds", "iteration", "base", "board", "committed", "live", "when")
 
     @property
     def draws(self) -> Draws:
@@ -206,7 +208,7 @@ class Engine:
         Slots past the image end (slack whose outputs are discarded) get the last position the model
         takes instead of one beyond its context (the contract: jacobigen.core.contract.ImageModel)."""
         tokens, node_pos = per_model_row(block.tokens, self.group), per_model_row(block.node_pos, self.group)
-        positions = (fl.base[:, None] + node_pos).clamp(max=self.last_position)
+        positions = (fl.base.unsqueeze(1) + node_pos).clamp(max=self.last_position)
         return self._run_model(tokens, positions, block.mask, cache, fl.base)
 
     def _run_model(self, tokens, positions, mask, cache, prompt_len: torch.Tensor) -> torch.Tensor:
@@ -234,12 +236,15 @@ class Engine:
     def _call(self, tokens, positions, mask, cache, prompt_len: torch.Tensor) -> torch.Tensor:
         """The model on these rows, one call per :meth:`_sequences` piece (row-invariant kernels when
         deterministic)."""
+        pieces = self._sequences(cache, tokens.shape[0])
         with self._kernels():
+            if len(pieces) == 1:  # the shared forward: the tensors as they are
+                return self.model(tokens, positions, mask, cache, **prompt_lengths(self.model, prompt_len))
             out = [
                 self.model(tokens[s], positions[s], mask[s], view, **prompt_lengths(self.model, prompt_len[s]))
-                for view, s in self._sequences(cache, tokens.shape[0])
+                for view, s in pieces
             ]
-        return out[0] if len(out) == 1 else torch.cat(out)
+        return torch.cat(out)
 
     @property
     def measured_forward_time(self) -> float | None:

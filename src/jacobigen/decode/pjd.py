@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from typing import ClassVar
 
 import torch
 
@@ -148,12 +149,16 @@ class Memory:
     tokens: torch.Tensor  # [B, A, W] drafts
     q: torch.Tensor  # [B, A, W, V] their draft distributions
 
+    STATE: ClassVar = ("base", "window", "cnt", "w", "p", "tokens", "q")
+
 
 class Rows:
     """PJD's row-parallel schedule: one segment ``[anchor, drafts]`` per row in flight (with the
     proactive tree's nodes after its drafts when the method has one: a row's window counts its
     drafts, so the tree is added to it, at most ``tree_budget`` nodes, not carved out); the top row
     is verified exactly, lower rows keep their accepted prefix."""
+
+    STATE = ("cnt", "memory", "slot_pos", "uncached")  # what a step reads and replaces (decode.replay)
 
     def __init__(self, layout, window: int, tree, plan: RowParallel, targets, device):
         lines = layout.lines(device)

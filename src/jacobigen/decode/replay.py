@@ -1,8 +1,9 @@
 """The step replayed as a recorded graph (docs/DESIGN.md §7): no Python runs between forwards.
 
 A CUDA graph replays kernels on the addresses they were captured with. The step's state lives in
-attributes (the flight, the cache, the schedule's and the parts' tensors) that the step mostly
-replaces rather than writes in place, so the recorded step is *closed*: after it, each replaced
+attributes that each stateful part names in its ``STATE`` (the flight's, the cache's, the
+schedule's and the drafters' tensors, reached from the engine's roots); the step mostly replaces
+them rather than writing in place, so the recorded step is *closed*: after it, each replaced
 tensor is copied into the one it replaced and the attribute points at that one again. State then
 lives at fixed addresses and a replay advances it in place. Before each replay, state that the
 host replaced between steps (the loop's counts, an admitted row) is copied in; state of another
@@ -183,18 +184,46 @@ class Slot:
 
 
 def slots(roots) -> list[Slot]:
-    """Every attribute of the roots and of the objects of ours they reach through attributes."""
+    """The step's state: the attributes each root names in its ``STATE`` (what a step reads and
+    replaces, or the batch replaces between steps), and those of the objects of ours they hold."""
     out, seen, todo = [], set(), list(roots)
     while todo:
         obj = todo.pop()
         if id(obj) in seen:
             continue
         seen.add(id(obj))
-        for name, value in vars(obj).items():
+        for name in getattr(obj, "STATE", ()):
             out.append(Slot(obj, name))
+            if _ours(getattr(obj, name)):
+                todo.append(getattr(obj, name))
+    return out
+
+
+def _attributes(roots) -> dict[tuple[int, str], tuple[object, object]]:
+    """Every attribute of the roots and of the objects of ours they reach: (object id, name) ->
+    (object, value), to catch a step that replaces an attribute its owner does not declare."""
+    out, seen, todo = {}, set(), list(roots)
+    while todo:
+        obj = todo.pop()
+        if id(obj) in seen:
+            continue
+        seen.add(id(obj))
+        for name, value in vars(obj).items():
+            out[id(obj), name] = obj, value
             if _ours(value):
                 todo.append(value)
     return out
+
+
+def _undeclared(before: dict, roots, declared: list[Slot]) -> str | None:
+    """The first attribute of an object the step found that it replaced and that is not state
+    (None: none; an object the step made is the value of a state attribute, whole)."""
+    state = {(id(s.owner), s.name) for s in declared}
+    existed = {key[0] for key in before}
+    for key, (obj, value) in _attributes(roots).items():
+        if key not in state and key[0] in existed and (key not in before or before[key][1] is not value):
+            return f"{type(obj).__name__}.{key[1]}"
+    return None
 
 
 class Record:
@@ -205,9 +234,15 @@ class Record:
         self.slots = slots(roots)
         self.running = running.clone()
         self.graph = recorder
+        before = _attributes(roots)
 
         def closed():
             out = step(fl, cache, self.running)
+            undeclared = _undeclared(before, roots, self.slots)
+            if undeclared is not None:
+                raise RuntimeError(
+                    f"the step replaced {undeclared}, which its owner's STATE does not name; a graph replay cannot"
+                )
             self._close()
             return out
 

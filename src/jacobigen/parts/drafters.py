@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
@@ -152,6 +152,8 @@ class VerificationPrior(Drafter):
     ``weight * (log p - log reference)`` added to log p.
     """
 
+    STATE: ClassVar = ("past", "count", "owner", "base")  # what a step reads and replaces (decode.replay)
+
     base: Drafter
     history: int = 4
     growth_steps: int = 3
@@ -243,6 +245,8 @@ class Copy(Drafter):
     the source at least this probability (0: wherever there is a source). The belief comes from an
     earlier forward, so the choice is fixed before the draft and q stays exact."""
 
+    STATE: ClassVar = ("base",)
+
     base: Drafter
     min_p: float | None = None
 
@@ -259,14 +263,19 @@ class Copy(Drafter):
     def select(self, rows):
         self.base.select(rows)
 
-    def draft(self, slots, draws):
-        tokens, q = self.base.draft(slots, draws)
+    def copies(self, slots) -> torch.Tensor | None:
+        """The slots [B, W] drafted as copies of their source (None: the layout has no source)."""
         if slots.previous is None:
-            return tokens, q
-        known = slots.previous.clamp(min=0)
+            return None
         wanted = ~slots.has_belief
         if self.min_p is not None:
-            wanted = wanted | (slots.belief.gather(-1, known[..., None])[..., 0] >= self.min_p)
-        source = (slots.previous >= 0) & wanted
-        point = torch.nn.functional.one_hot(known, q.shape[-1]).to(q.dtype)
+            wanted = wanted | (slots.belief.gather(-1, slots.previous.clamp(min=0)[..., None])[..., 0] >= self.min_p)
+        return (slots.previous >= 0) & wanted
+
+    def draft(self, slots, draws):
+        tokens, q = self.base.draft(slots, draws)
+        source = self.copies(slots)
+        if source is None:
+            return tokens, q
+        point = torch.nn.functional.one_hot(slots.previous.clamp(min=0), q.shape[-1]).to(q.dtype)
         return torch.where(source, slots.previous, tokens), torch.where(source[..., None], point, q)

@@ -68,6 +68,7 @@ class _Neighbourhood(Verifier):
     k = 0
 
     def bind(self, model, layout, latents=None):
+        super().bind(model, layout, latents)
         device = model_device(model)
         self.nb = latent_neighbours(model, layout.image_ids, model.vocab_size, self.k, latents).to(device)
 

@@ -330,6 +330,8 @@ class AutoBudget:
     costs T'(W) = k / W^2 in every later iteration, which two iterations' reach does not see (a
     draft left unreached comes back sharper)."""
 
+    STATE = ("accepted", "bar", "calibration", "floor", "hits", "predicted", "reach", "trials", "worth")
+
     def __init__(self, min_gain: float, tail_worth: float):
         self.min_gain, self.tail_worth = min_gain, tail_worth
 

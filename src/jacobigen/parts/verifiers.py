@@ -57,10 +57,21 @@ _streams = _constant(lambda device: torch.tensor([Stream.ACCEPT, Stream.SAMPLE],
 class Verifier:
     name = "mrs"
     lossless = True
+    span: tuple[int, int] | None = None  # the ids a draw can return (None: the whole vocabulary)
 
     def bind(self, model, layout, latents=None) -> None:
         """Called once per decoder with the model, layout and token latents (relaxed verifiers look up
         neighbours)."""
+        self.span = layout.id_span(model.vocab_size)
+
+    def draw(self, probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+        """:func:`categorical` within the layout's id span (the ids outside have probability 0, so
+        the token is the one the whole vocabulary gives, for a fraction of the work)."""
+        u = u.to(probs.device)
+        if self.span is None:
+            return categorical(probs, u)
+        lo, hi = self.span
+        return categorical(probs.narrow(-1, lo, hi - lo), u) + lo
 
     def accept(self, p: torch.Tensor, q: torch.Tensor, d: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
         """Which drafts d [...] ~ q [..., V] pass under target p [..., V] with uniforms u [...]."""
@@ -81,7 +92,8 @@ class Verifier:
         b, w = window.tokens.shape
         if w == 0:  # window 1 (plain AR): nothing to check, sample the next token
             zero = torch.zeros(b, 1, dtype=torch.int64, device=p.device)
-            return zero[:, 0], draws.sample(p[:, 0], positions[:, 0], Stream.SAMPLE), zero
+            nxt = self.draw(p.select(1, 0), draws.uniform(positions.select(1, 0), Stream.SAMPLE))
+            return zero.view(b), nxt, zero
         if window.tree is None:
             return self._chain(p, window, m, positions, draws)
         tree = window.tree
@@ -126,7 +138,7 @@ class Verifier:
             on_spine[:, None] & (steps - depth <= run[:, None]), steps, path[:, depth + 1 :]
         )
         k = k + run
-        return k, draws.sample(final, positions[rows, k], Stream.SAMPLE), path
+        return k, self.draw(final, draws.uniform(positions[rows, k], Stream.SAMPLE)), path
 
     def _run(self, p, q, drafts, positions, limit, draws: Draws, u: torch.Tensor | None = None) -> torch.Tensor:
         """Accepted run length [B] of a chain of drafts [B, W] (only the first ``limit`` count)."""
@@ -148,7 +160,7 @@ class Verifier:
             (run < m)[:, None], self.residual(target, window.q[rows, at], window.tokens[rows, at]), target
         )
         path = _arange(w + 1, p.device).expand(b, -1)
-        return run, categorical(target, u[rows, run, 1].to(target.device)), path
+        return run, self.draw(target, u[rows, run, 1]), path
 
     def _siblings(self, target, window: Window, t: int, valid, position, draws: Draws):
         """Recursive rejection over the candidates of depth t that the block holds (``valid`` [B, r],

@@ -66,6 +66,12 @@ class Row:
     def overhead_share(self) -> float | None:
         return None if self.forward is None or not self.wall else 1 - self.forward / self.wall
 
+    @property
+    def bookkeeping_ms(self) -> float | None:
+        """Milliseconds per iteration outside the model forward (drafting, verification, commit,
+        the batch's upkeep): what the step costs around the forward."""
+        return None if self.forward is None or not self.nfe else (self.wall - self.forward) / self.nfe * 1e3
+
     def add(self, run: Run) -> None:
         n = self.runs
 
@@ -94,6 +100,7 @@ class Row:
             **asdict(self),
             "single_token_share": self.single_token_share,
             "overhead_share": self.overhead_share,
+            "bookkeeping_ms": self.bookkeeping_ms,
             "tokens_per_iteration": self.tokens_per_iteration,
             "tokens_per_node": self.tokens_per_node,
         }
