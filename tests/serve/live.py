@@ -40,8 +40,15 @@ def free_port() -> int:
 @contextmanager
 def serving(**settings):
     """A running server with these :class:`Settings`; yields its base URL."""
+    with running(create_app(bundle(), Settings(**settings))) as url:
+        yield url
+
+
+@contextmanager
+def running(app):
+    """``app`` served on a free loopback port; yields its base URL."""
     port = free_port()
-    server = uvicorn.Server(uvicorn.Config(create_app(bundle(), Settings(**settings)), port=port, log_level="warning"))
+    server = uvicorn.Server(uvicorn.Config(app, port=port, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     while not server.started:

@@ -1,7 +1,10 @@
 """The HTTP layer: parse, queue, stream. The decoding is the scheduler's (:mod:`.scheduler`).
 
-Errors are JSON ``{"error": {"message", "type", "param", "code"}}`` as in the OpenAI API, with the
-field and what it allows named; a full queue answers 429 with Retry-After, a draining server 503.
+Every error is one JSON shape (:mod:`.errors`), with the field and what it allows named: a bad
+field 400, a missing API key 401, an unknown path 404, a wrong method 405, a large body 413, a full
+queue 429 with Retry-After, a fault 500, a draining server 503, a deadline 504. A client that
+leaves, streamed or not, cancels its request (its rows leave the batch at the next step) and is
+counted as 499 in ``/metrics``.
 """
 
 from __future__ import annotations
@@ -10,6 +13,8 @@ import asyncio
 import hmac
 import json
 import logging
+import time
+from collections.abc import Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from importlib import resources
@@ -18,9 +23,13 @@ import torch
 from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.datastructures import Headers
+from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect
 
 from ..core.errors import ConfigError
 from ..decode.methods import METHODS
+from .errors import LEFT, error_body
 from .fields import FieldError, parse
 from .images import pictures
 from .metrics import Metrics
@@ -29,7 +38,8 @@ from .scheduler import Closed, QueueFull, Scheduler
 
 log = logging.getLogger("uvicorn.error")  # shown with uvicorn's own startup lines
 MAX_BODY = 16 * 1024  # bytes of a request body
-WAIT_POLL = 0.5  # seconds between checks that a waiting client is still there
+GUARDED = ("/v1/", "/metrics", "/openapi.json")  # paths that need the API key when one is set
+ENDPOINTS = "POST /v1/images/generations, GET /v1/models, /health, /metrics, /"
 
 
 @dataclass(frozen=True)
@@ -46,9 +56,7 @@ class Settings:
 
 
 def error(status: int, message: str, param: str | None = None, headers: dict | None = None) -> JSONResponse:
-    kind = "invalid_request_error" if status < 500 else "server_error"
-    body = {"error": {"message": message, "type": kind, "param": param, "code": status}}
-    return JSONResponse(body, status_code=status, headers=headers)
+    return JSONResponse(error_body(status, message, param), status_code=status, headers=headers)
 
 
 def create_app(bundle, settings: Settings) -> FastAPI:
@@ -60,10 +68,7 @@ def create_app(bundle, settings: Settings) -> FastAPI:
             "make clips with jacobigen generate-video"
         )
     metrics = Metrics(settings.max_batch)
-    policy = WindowPolicy(settings.max_batch)
-    if settings.calibrate:
-        policy = policy.calibrated(measured_seconds(bundle))
-        log.info("window policy: %s", ", ".join(f"{m}/{w}" for m, w in policy.rungs))
+    policy = window_policy(bundle, settings)
     scheduler = Scheduler(bundle, settings.max_queue, settings.timeout, metrics, policy, settings.deterministic)
     width, height = pictures(bundle, torch.zeros(1, bundle.layout.length, dtype=torch.int64))[0].size
     size = f"{width}x{height}"
@@ -74,20 +79,37 @@ def create_app(bundle, settings: Settings) -> FastAPI:
         yield
         await asyncio.to_thread(scheduler.close, settings.grace)
 
-    app = FastAPI(title="jacobigen", lifespan=lifespan)
+    async def http_error(request: Request, exc: HTTPException) -> Response:
+        path, status = request.url.path, exc.status_code
+        if status == 404:
+            message = f"there is no {path}; the endpoints are {ENDPOINTS}"
+        elif status == 405:
+            message = f"{path} takes {(exc.headers or {}).get('Allow', '?')} only"
+        else:
+            message = str(exc.detail)
+        return error(status, message, headers=exc.headers)
+
+    async def fault(request: Request, exc: Exception) -> Response:
+        return error(500, f"the server failed on this request ({type(exc).__name__}); its log has the details")
+
+    # no /docs nor /redoc: they load scripts from other hosts; /openapi.json needs the key when one is set
+    app = FastAPI(
+        title="jacobigen",
+        lifespan=lifespan,
+        docs_url=None,
+        redoc_url=None,
+        exception_handlers={HTTPException: http_error, Exception: fault},
+    )
+
+    def count(status: int) -> None:
+        metrics.requests.labels(str(status)).inc()
+
+    def counted(response: Response) -> Response:
+        count(response.status_code)
+        return response
+
     app.state.scheduler = scheduler
-
-    def authorized(request: Request) -> bool:
-        if settings.api_key is None:
-            return True
-        given = request.headers.get("authorization", "")
-        return hmac.compare_digest(given.encode(), f"Bearer {settings.api_key}".encode())
-
-    @app.middleware("http")
-    async def guard(request: Request, call_next):
-        if request.url.path.startswith(("/v1/", "/metrics")) and not authorized(request):
-            return error(401, "missing or wrong API key: send 'Authorization: Bearer KEY'", "authorization")
-        return await call_next(request)
+    app.add_middleware(Gate, api_key=settings.api_key, refused=lambda: count(401))
 
     @app.get("/", response_class=HTMLResponse)
     async def page():
@@ -96,13 +118,16 @@ def create_app(bundle, settings: Settings) -> FastAPI:
     @app.get("/health")
     async def health():
         group = scheduler.group
-        return {
+        body = {
             "status": "draining" if scheduler.closing else "ok",
             "model": bundle.name,
             "queued": scheduler.queued(),
             "running": len(scheduler.running),
             "decoding": None if group is None else {"method": group.method, "window": group.window},
         }
+        if scheduler.closing:  # a load balancer stops sending here; the body still says what is left
+            return JSONResponse({**body, **error_body(503, "the server is shutting down")}, status_code=503)
+        return body
 
     @app.get("/v1/models")
     async def models():
@@ -116,17 +141,19 @@ def create_app(bundle, settings: Settings) -> FastAPI:
 
     @app.post("/v1/images/generations")
     async def generations(request: Request):
-        response = await _generate(request)
-        metrics.requests.labels(str(response.status_code)).inc()
-        return response
-
-    async def _generate(request: Request):
         try:
-            body = json.loads(await _body(request))
+            raw = await _body(request)
         except _TooLarge:
-            return error(413, f"the body is larger than {MAX_BODY} bytes", "body")
+            return counted(error(413, f"the body is larger than {MAX_BODY} bytes", "body"))
+        except ClientDisconnect:
+            log.info("a client left before sending its whole request")
+            return counted(Response(status_code=LEFT))
+        try:
+            body = json.loads(raw)
         except (ValueError, UnicodeDecodeError) as e:
-            return error(400, f"the body is not JSON: {e}", "body")
+            return counted(error(400, f"the body is not JSON: {e}", "body"))
+        except RecursionError:
+            return counted(error(400, "the body nests deeper than the server parses", "body"))
         loop, events = asyncio.get_running_loop(), asyncio.Queue()
 
         def post(event: dict) -> None:
@@ -139,42 +166,122 @@ def create_app(bundle, settings: Settings) -> FastAPI:
             req = parse(body, bundle.defaults, size, bundle.name, bundle.layout.length)
             job = scheduler.submit(req, post)
         except FieldError as e:
-            return error(400, str(e), e.field)
+            return counted(error(400, str(e), e.field))
         except QueueFull as e:
-            return error(429, str(e), headers={"Retry-After": str(e.retry_after)})
+            return counted(error(429, str(e), headers={"Retry-After": str(e.retry_after)}))
         except Closed as e:
-            return error(503, str(e))
+            return counted(error(503, str(e)))
         if req.stream:
             return StreamingResponse(_stream(job, events), media_type="text/event-stream")
+        return counted(await _answer(request, job, events))
+
+    async def _answer(request: Request, job, events: asyncio.Queue) -> Response:
+        """The end of a job that is not streamed; a client that leaves first cancels it."""
+        ended = asyncio.ensure_future(_last(events))
+        gone = asyncio.ensure_future(_disconnect(request.receive))
         try:
-            while True:
-                try:
-                    event = await asyncio.wait_for(events.get(), WAIT_POLL)
-                except asyncio.TimeoutError:
-                    if await request.is_disconnected():
-                        job.cancel()
-                        return Response(status_code=499)
-                    continue
-                if event["event"] == "completed":
-                    return JSONResponse(event["data"])
-                if event["event"] == "error":
-                    return JSONResponse(event["data"], status_code=event["status"])
+            await asyncio.wait({ended, gone}, return_when=asyncio.FIRST_COMPLETED)
+            if not ended.done():
+                log.info("a client left before its images were done: request cancelled")
+                return Response(status_code=LEFT)
+            event = ended.result()
+            if event["event"] == "completed":
+                return JSONResponse(event["data"])
+            return JSONResponse(event["data"], status_code=event["status"])
         finally:
+            ended.cancel()
+            gone.cancel()
             job.cancel()  # a no-op once the job ended; frees its rows if this task was cancelled
 
     async def _stream(job, events: asyncio.Queue):
         """Server-sent events: ``progress`` (tokens committed, a preview every few iterations), then
         ``completed`` (the response) or ``error``. A client that leaves cancels the job."""
+        status = LEFT
         try:
             while True:
                 event = await events.get()
                 yield f"event: {event['event']}\ndata: {json.dumps(event['data'])}\n\n"
                 if event["event"] != "progress":
+                    status = event.get("status", 200)
                     return
         finally:
             job.cancel()
+            if status == LEFT:
+                log.info("a client left its stream: request cancelled")
+            count(status)
 
     return app
+
+
+def window_policy(bundle, settings: Settings) -> WindowPolicy:
+    """The ladder of (method, window) by load, calibrated on this machine when asked; said in the log."""
+    policy = WindowPolicy(settings.max_batch)
+    if not settings.calibrate:
+        log.info("window policy (not calibrated, --no-calibrate): %s", policy.describe())
+        return policy
+    from ..tools.auto import cache_file
+
+    log.info(
+        "window policy: calibrating on this machine (measured once, then read from %s; --no-calibrate skips it) ...",
+        cache_file(),
+    )
+    start = time.monotonic()
+    policy = policy.calibrated(measured_seconds(bundle))
+    log.info("window policy (calibrated in %.1f s): %s", time.monotonic() - start, policy.describe())
+    return policy
+
+
+class Gate:
+    """The ASGI layer in front of the routes: the API key (a 401 is counted through ``refused``), and
+    HEAD answered as GET without a body. Plain ASGI, not ``BaseHTTPMiddleware``, so that a route reads
+    the client's own receive channel, where a disconnect shows."""
+
+    def __init__(self, app, api_key: str | None, refused: Callable[[], None]):
+        self.app, self.key, self.refused = app, api_key, refused
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        if scope["method"] == "HEAD":
+            scope, send = {**scope, "method": "GET"}, _headless(send)
+        if self.key is not None and scope["path"].startswith(GUARDED) and not self._authorized(scope):
+            self.refused()
+            message = "missing or wrong API key: send 'Authorization: Bearer KEY'"
+            response = error(401, message, "authorization", headers={"WWW-Authenticate": "Bearer"})
+            await response(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
+
+    def _authorized(self, scope) -> bool:
+        given = Headers(scope=scope).get("authorization", "")
+        return hmac.compare_digest(given.encode(), f"Bearer {self.key}".encode())
+
+
+def _headless(send):
+    """``send`` with the body left out (HEAD): the headers, Content-Length included, stay GET's."""
+
+    async def headless(message) -> None:
+        if message["type"] == "http.response.body":
+            if message.get("more_body"):
+                return
+            message = {**message, "body": b""}
+        await send(message)
+
+    return headless
+
+
+async def _last(events: asyncio.Queue) -> dict:
+    """The job's final event (``completed`` or ``error``)."""
+    while (event := await events.get())["event"] == "progress":
+        pass
+    return event
+
+
+async def _disconnect(receive) -> None:
+    """Returns when the client has gone (its request body already read)."""
+    while (await receive())["type"] != "http.disconnect":
+        pass
 
 
 class _TooLarge(Exception):

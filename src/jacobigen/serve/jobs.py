@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from .errors import LEFT, error_body
 from .fields import Group, ImageRequest
 
 
@@ -51,8 +52,8 @@ class Job:
         """End the job with an error (idempotent: the first end wins)."""
         if not self._ended.is_set():
             self._ended.set()
-            self.post({"event": "error", "status": status, "data": {"error": {"message": message, "code": status}}})
+            self.post({"event": "error", "status": status, "data": error_body(status, message)})
 
     def cancel(self) -> None:
         """The client left: end quietly; the decode thread frees the job's rows at its next step."""
-        self.fail(499, "the client closed the request")
+        self.fail(LEFT, "the client closed the request")

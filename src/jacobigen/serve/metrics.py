@@ -41,7 +41,13 @@ class Metrics:
             buckets=(0.5, 1, 2, 3, 5, 8, 13, 20, 30, 60, 120),
             registry=r,
         )
-        self.requests = Counter("jacobigen_requests", "requests by HTTP status", ["status"], registry=r)
+        self.requests = Counter(
+            "jacobigen_requests",
+            "image requests by outcome: the HTTP status, a stream's last event's, 499 when the client left first; "
+            "and 401 refusals of any path",
+            ["status"],
+            registry=r,
+        )
         self.max_batch = max_batch
         self._recent: deque = deque()  # (time, tokens, forwards) of recent iterations
         self._lock = threading.Lock()

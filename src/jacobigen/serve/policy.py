@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from fractions import Fraction
 
 from ..core.sampling import SamplingConfig
 from .fields import Group
@@ -51,6 +52,16 @@ class WindowPolicy:
         slack = max(1, self.max_batch // 8)
         near = {self.rungs[self.rung(max(1, n))] for n in range(load - slack, load + slack + 1)}
         return running.sampling == sampling and (running.method, running.window) in near
+
+    def describe(self) -> str:
+        """The ladder in words: "scd-mc/32 up to 1/8 of the batch's 8 rows, scd-mc/16 up to 1/4, ar beyond"."""
+        shares = [str(Fraction(b).limit_denominator(64)) for b in self.bounds]
+        steps = [f"{m}/{w} up to {share}" for (m, w), share in zip(self.rungs[:-1], shares, strict=True)]
+        if steps:
+            steps[0] += f" of the batch's {self.max_batch} rows"
+        method, window = self.rungs[-1]
+        last = method if method == "ar" else f"{method}/{window}"
+        return ", ".join([*steps, f"{last} {'beyond' if steps else 'at any load'}"])
 
     def calibrated(self, seconds: Callable[[str, int], float]) -> WindowPolicy:
         """The rungs that earn their place: a rung stays when one image alone takes less time with it

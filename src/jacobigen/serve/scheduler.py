@@ -14,6 +14,7 @@ batch's rows, so its presets are refused in that mode.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections import deque
@@ -32,6 +33,7 @@ from .jobs import Image, Job
 from .metrics import Metrics
 from .policy import BEST, WindowPolicy
 
+log = logging.getLogger("uvicorn.error")
 PREVIEW_EVERY = 4  # iterations between preview images of a streamed request
 IDLE_POLL = 0.25  # seconds the idle thread sleeps between deadline checks
 
@@ -121,7 +123,8 @@ class Scheduler:
     def close(self, grace: float) -> None:
         """:meth:`drain`, then wait for the decode thread."""
         self.drain(grace)
-        self.thread.join(grace + 30)
+        if self.thread.ident is not None:  # started
+            self.thread.join(grace + 30)
 
     def load(self) -> int:
         """Images in flight and waiting."""
@@ -151,9 +154,11 @@ class Scheduler:
             try:
                 self._run(self.group)
             except Exception as e:  # a fault of the model or the decoder: fail its requests, keep serving
+                log.exception("decoding failed")
                 with self.cond:
-                    for img in list(self.running):
-                        img.job.fail(500, f"decoding failed: {type(e).__name__}: {e}")
+                    # the jobs decoding, or the one whose group failed to build (else it would retry forever)
+                    for job in {img.job for img in self.running} or {head}:
+                        job.fail(500, f"decoding failed: {type(e).__name__}: {e}")
                     self.running.clear()
             with self.cond:
                 self.group = None
