@@ -75,6 +75,46 @@ def test_two_outputs_of_one_run_may_not_share_a_file(tmp_path):
         files.distinct({"--out": tmp_path / "a.png", "--stats": tmp_path / "link.json"})
 
 
+def test_a_read_only_out_is_refused_unless_forced_and_keeps_its_mode(tmp_path):
+    out = tmp_path / "keep.png"
+    out.write_bytes(b"precious")
+    out.chmod(0o444)
+    res = CliRunner().invoke(main, ["generate", "heart", "--model", "random", "--out", str(out), "--no-progress"])
+    assert res.exit_code == 2 and "read-only" in res.output and "--force" in res.output
+    assert out.read_bytes() == b"precious"
+    res = CliRunner().invoke(
+        main, ["generate", "heart", "--model", "random", "--out", str(out), "--no-progress", "--force"]
+    )
+    assert res.exit_code == 0, res.output
+    assert out.read_bytes()[:4] == b"\x89PNG" and (out.stat().st_mode & 0o777) == 0o444
+
+
+def test_a_replaced_output_keeps_its_permissions(tmp_path):
+    out = tmp_path / "shared.png"
+    out.write_bytes(b"old")
+    out.chmod(0o640)
+    atomic_write(out, b"new")
+    assert out.read_bytes() == b"new" and (out.stat().st_mode & 0o777) == 0o640
+
+
+@pytest.mark.parametrize("name", ["00000.png", "00000.json", "stats.json"])
+def test_a_prompts_file_the_folder_run_would_overwrite_is_refused(tmp_path, name):
+    folder = tmp_path / "od"
+    folder.mkdir()
+    prompts = folder / name
+    prompts.write_text("a red heart\n")
+    res = CliRunner().invoke(
+        main, ["generate", "--model", "random", "--prompts", str(prompts), "--out-dir", str(folder), "--no-progress"]
+    )
+    assert res.exit_code == 2 and "name the run writes" in res.output, res.output
+    assert prompts.read_text() == "a red heart\n" and sorted(p.name for p in folder.iterdir()) == [name]
+
+
+def test_an_output_that_is_an_input_is_refused(tmp_path):
+    with pytest.raises(ConfigError, match="destroy the input"):
+        files.distinct({"--out": tmp_path / "p.txt"}, inputs={"--prompts": tmp_path / "p.txt"})
+
+
 def test_a_second_run_on_an_out_dir_stops_at_once(tmp_path):
     (tmp_path / "p.txt").write_text("red heart\n")
     out = tmp_path / "out"

@@ -111,7 +111,7 @@ def test_seeds_never_wrap(model, seed, message):
             {"window": 10**9},
             r"window 1000000000 is longer than a block can use: the image has 273 tokens .* \(window <= 4369\)",
         ),
-        ({"window": "8"}, "window must be an integer"),
+        ({"window": "8"}, "window must be a whole number"),
         ({"batch_size": 0}, "batch_size must be an integer >= 1"),
         ({"cfg": float("nan"), "uncond": UNCOND}, "cfg scale must be a finite number, got nan"),
         ({"temperature": float("inf")}, "temperature must be a finite number > 0"),
@@ -136,11 +136,11 @@ def test_a_batch_that_cannot_fit_is_refused_with_numbers(model, monkeypatch):
 
     monkeypatch.setattr(limits, "free_memory", lambda device: 2**20)
     with pytest.raises(ConfigError, match=r"a batch of 2 sequence\(s\) at window 32 needs about .* MiB .* is free"):
-        generate(model, PROMPT, layout=LAYOUT, seed=[1, 2], batch_size=2)
+        generate(model, PROMPT, layout=LAYOUT, method="sjd", window=32, seed=[1, 2], batch_size=2)
     monkeypatch.undo()
-    whole = generate(model, PROMPT, layout=LAYOUT, seed=list(range(6)), window=8)
+    whole = generate(model, PROMPT, layout=LAYOUT, seed=list(range(6)), method="sjd", window=8)
     monkeypatch.setattr(limits, "free_memory", lambda device: 8 * 2**20)  # room for a few rows: bounded batches
-    bounded = generate(model, PROMPT, layout=LAYOUT, seed=list(range(6)), window=8)
+    bounded = generate(model, PROMPT, layout=LAYOUT, seed=list(range(6)), method="sjd", window=8)
     assert bounded.stats.nfe > max(bounded.stats.sequence_nfe) + 6  # rows were refilled
     assert torch.equal(bounded.tokens, whole.tokens)
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import click
 from click.core import ParameterSource
 
-from ..tools.files import FolderLock, atomic_write, check_writable, read_prompts
+from ..tools.files import FolderLock, atomic_write, check_writable, not_written, read_prompts
 from .group import main
 from .options import Decoding, ModelChoice, decoding_options, model_options
 from .report import check_outputs, image_format, image_grid, images_only, report
@@ -87,6 +87,13 @@ class Folder:
     help="Run each decode step as one torch.compile graph: the same distribution; the first image of each block "
     "shape pays the compilation (tens of seconds), later ones run faster.",
 )
+@click.option("--force", is_flag=True, help="Replace a read-only --out or --stats file (refused otherwise).")
+@click.option(
+    "--dry-run",
+    is_flag=True,
+    help="Print the memory plan (weights at their dtype or --quantize, KV cache, buffers, activations, against "
+    "the free memory) and exit without loading weights.",
+)
 def generate(
     prompts,
     model: ModelChoice,
@@ -102,6 +109,8 @@ def generate(
     workers,
     trace,
     compile_step,
+    force,
+    dry_run,
 ):
     """Generate images for PROMPTS and report how many forward passes it took."""
     folder_run = prompts_file is not None or use_ray
@@ -114,7 +123,13 @@ def generate(
         texts = read_prompts(prompts_file) if prompts_file else list(prompts)
         decoding.seeds(len(texts) * num_images)
         check_writable(out_dir, "--out-dir", folder=True)
+        if prompts_file:
+            not_written(prompts_file, out_dir)
         decoding.check_method()
+        if not use_ray:  # Ray workers are other machines
+            model.check_memory(decoding, min(len(texts) * num_images, chunk), dry_run)
+        if dry_run:
+            return
         return _generate_folder(texts, num_images, model, decoding, Folder(out_dir, chunk, use_ray, address, workers))
     out = out or Path("out.png")
     n = len(prompts) * num_images
@@ -131,13 +146,20 @@ def generate(
             param_hint="--size",
         )
     seeds = decoding.seeds(n)
-    check_outputs(out, decoding.stats_path, trace)
+    check_outputs(out, decoding.stats_path, trace, force)
     fmt = image_format(out)
     decoding.check_method()
+    model.check_memory(decoding, n, dry_run)  # before any weight loads
+    if dry_run:
+        return
     bundle = images_only(model.load())
-    decoding, choice = decoding.resolve(bundle)
+    decoding, choice = decoding.resolve(bundle, prompts[0])
     texts = [p for p in prompts for _ in range(num_images)]
     gen, images = bundle.generate(texts, **decoding.generate_kwargs(seed=seeds, compile=compile_step))
+    if choice is not None and len(texts) == 1 and not compile_step:  # a measurement beats a prediction
+        from ..tools.auto import cache_file, remember
+
+        remember(choice, gen.stats.wall_time, cache_file())
     buf = io.BytesIO()
     image_grid(images, size).save(buf, format=fmt)
     atomic_write(out, buf.getvalue(), "--out")
@@ -171,6 +193,8 @@ def _check_combination(prompts, prompts_file, use_ray, address, out, decoding, m
             "--ray: name --method and --window (auto measures this machine, not the workers'; "
             "`jacobigen bench --window auto` on a worker tells what runs fastest there)"
         )
+    if use_ray and model.quantize:
+        raise click.UsageError("--quantize applies to this process's model: Ray workers load their own, unquantized")
     if use_ray and model.threads is not None:
         raise click.UsageError("--threads sets this process's threads; Ray workers take cpu_count / --workers each")
 
@@ -183,24 +207,29 @@ def _generate_folder(texts, num_images, model: ModelChoice, decoding: Decoding, 
 
     from ..decode.methods import get_method
     from ..models.load import weights_id
-    from ..tools.jobs import Outputs, plan, run_local
+    from ..tools.jobs import Outputs, plan, run_local, started_with
 
-    bundle = None
-    if not folder.use_ray:  # Ray workers load their own (and Ray runs name their method and window)
-        bundle = images_only(model.load())
-        decoding, _ = decoding.resolve(bundle)
-    spec = get_method(decoding.method)
-    window = spec.window or decoding.window
-    settings = {
+    asked = {"method": decoding.method, "window": decoding.window}  # what auto was asked to weigh
+    auto = asked if decoding.method == "auto" or decoding.window is None else None
+    settings: dict = {
         "model": model.spec,
         "weights": weights_id(model.spec),
-        "method": spec.name,
-        "window": window,
+        **({"quantize": model.quantize} if model.quantize else {}),  # another target: images made without it redo
         "options": decoding.options,
         "sampling": decoding.sampling,
     }
-    jobs, outputs = plan(texts, num_images, decoding.seed), Outputs(folder.out_dir, settings)
-    with FolderLock(outputs.folder):  # held until this run ends: a second run on the folder stops here
+    jobs = plan(texts, num_images, decoding.seed)
+    # held until this run ends: a second run on the folder stops here, before any model loads or measures
+    with FolderLock(folder.out_dir):
+        bundle = None
+        if not folder.use_ray:  # Ray workers load their own (and Ray runs name their method and window)
+            bundle = images_only(model.load())
+            kept = started_with(folder.out_dir, jobs, settings, auto) if auto else None
+            decoding, _ = decoding.resolve(bundle, texts[0], kept)
+        spec = get_method(decoding.method)
+        window = spec.window or decoding.window
+        settings = {**settings, "method": spec.name, "window": window}
+        outputs = Outputs(folder.out_dir, settings, {"auto": auto} if auto else None)
         survey = outputs.survey(jobs)
         todo = sum(len(j) for j in survey.values())
         click.echo(f"{len(jobs)} image(s): {len(jobs) - todo} already in {folder.out_dir}, {todo} to make")

@@ -115,6 +115,15 @@ def _variants(ctx, param, value):
     default=None,
     help="torch.compile backend for --compile (default inductor; 'eager' traces without generating code).",
 )
+@click.option(
+    "--steps",
+    "steps_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Instead of timing, write the step table `--method auto` reads: forward passes per image of ar and "
+    "every auto candidate on the prompts and seeds, with the sampling (an entry per sampling; put it in "
+    "~/.cache/jacobigen/steps/ for auto to find it).",
+)
 def bench(
     model: ModelChoice,
     method_names,
@@ -128,6 +137,7 @@ def bench(
     thread_counts,
     use_compile,
     compile_backend,
+    steps_path,
 ):
     """Compare methods on the same prompts and seeds; write bench.json and bench.md."""
     from ..tools.bench import run_settings
@@ -142,13 +152,18 @@ def bench(
         raise click.BadParameter("FID needs at least 2 images", param_hint="--fid")
     if compile_backend is not None and not use_compile:
         raise click.BadParameter("--compile-backend needs --compile", param_hint="--compile-backend")
-    check_writable(out_dir, "--out", folder=True)
+    if steps_path is None:
+        check_writable(out_dir, "--out", folder=True)
+    else:  # --steps writes its table only
+        check_writable(steps_path, "--steps")
     bundle = model.load()
     if sampling:  # every row samples as the user asked; bench.json records it
         bundle = replace(bundle, defaults={**bundle.defaults, **sampling})
     prompts = list(prompt_texts) or (bundle.example_prompts * n_prompts)[:n_prompts]
     if not prompts:
         raise BadInput(f"the {bundle.name} model has no example prompts: give one or more --prompt")
+    if steps_path is not None:
+        return _write_steps(bundle, model, steps_path, prompts, n_seeds, thread_counts)
     if n_fid:
         from ..core.layout import VideoLayout
         from ..tools.fid import network
@@ -176,6 +191,23 @@ def bench(
     click.echo(text)
     folders = "plots" if len(results) == 1 else f"a folder per setting ({', '.join(results)})"
     click.echo(f"wrote {out_dir}/: bench.json, bench.md and {folders}")
+
+
+def _write_steps(bundle, model: ModelChoice, path: Path, prompts: list[str], n_seeds: int, threads) -> None:
+    """``bench --steps FILE``: the step table of ``bundle`` with its sampling (no timing)."""
+    from ..tools.auto import candidates
+    from ..tools.steps import measure_steps, write_table
+    from ..tools.threads import choose_threads
+
+    choose_threads(bundle.model, (threads or [None])[0])
+    seeds = image_seeds(0, n_seeds)
+    steps = measure_steps(bundle, candidates(), prompts, seeds, progress=True)
+    how = {"by": f"jacobigen bench --model {model.spec} --steps", "prompts": prompts, "seeds": seeds}
+    write_table(path, bundle, steps, bundle.defaults, how)
+    ar = steps["ar@1"]["nfe"]
+    for name, row in steps.items():
+        click.echo(f"{name:>12}: {row['nfe']:7.1f} forwards per image ({ar / row['nfe']:.2f}x fewer than ar)")
+    click.echo(f"wrote {path}")
 
 
 @main.command()

@@ -1,7 +1,7 @@
 """Options several commands share, each parsed into one frozen dataclass in one place.
 
 ``model_options`` gives a command a :class:`ModelChoice` (``--model``, ``--device``,
-``--threads``, ``--trust-checkpoint``); ``decoding_options`` adds a :class:`Decoding` (method,
+``--threads``, ``--trust-checkpoint``, ``--quantize``); ``decoding_options`` adds a :class:`Decoding` (method,
 window, seeds, sampling, ``-o`` options, ``--stats``, progress). Both are checked before torch is
 imported: a bad value is one line naming the option (exit 2).
 """
@@ -68,17 +68,54 @@ class ModelChoice:
     device: str | None = None
     threads: int | None = None
     trust_checkpoint: bool = False
+    quantize: str | None = None  # --quantize: int8 or int4 weights (torchao), None: the model's dtype
 
     def load(self):
         """The model bundle, with torch's threads chosen for it (a note about the model printed)."""
         from ..models.load import load_bundle
         from ..tools.threads import choose_threads
 
-        bundle = load_bundle(self.spec, self.device, self.trust_checkpoint)
+        bundle = load_bundle(self.spec, self.device, self.trust_checkpoint, self.quantize)
         choose_threads(bundle.model, self.threads)
         if bundle.note:
             click.echo(f"model: {bundle.name} ({bundle.note})")
         return bundle
+
+    def plan(self, decoding: Decoding, sequences: int, sampling: dict | None = None):
+        """The memory plan of decoding ``sequences`` with this model (:mod:`jacobigen.models.memory`),
+        made before any weight loads; None when the model's shape is known only once loaded."""
+        from ..core.quantize import check_mode
+        from ..models import memory
+        from ..models.load import resolve_device
+
+        device = resolve_device(self.device)
+        check_mode(self.quantize, device)  # int4 off CUDA, or no torchao: said before the plan
+        shape = memory.shape_of(self.spec)
+        if shape is None:
+            return None
+        cfg = {**decoding.sampling, **(sampling or {})}.get("cfg")
+        window = decoding.window
+        if window is None:  # auto: plan for the widest window it may choose
+            from ..tools.auto import WINDOWS
+
+            window = max(WINDOWS)
+        return memory.fitting(
+            shape,
+            decoding.batch_size,
+            sequences,
+            device=device,
+            quantize=self.quantize,
+            window=window,
+            cfg=None if cfg is None else cfg != 1,
+        )
+
+    def check_memory(self, decoding: Decoding, sequences: int, dry_run: bool = False) -> None:
+        """Print the plan (``dry_run``), or refuse a decode that does not fit before its weights load."""
+        plan = self.plan(decoding, sequences)
+        if dry_run:
+            click.echo(plan.text() if plan else f"memory plan: the shape of {self.spec} is known only once it loads")
+        elif plan is not None and not plan.fits:
+            raise ConfigError(plan.refusal())
 
 
 @dataclass(frozen=True)
@@ -108,9 +145,10 @@ class Decoding:
         from ..decode.methods import get_method
 
         if self.method == "auto" or self.window is None:
-            from ..tools.auto import WINDOWS, candidates
+            from ..tools.auto import WINDOWS, cache_file, candidates, check_cache
 
             candidates(self.method, self.window)  # refuses a method that builds at no window
+            check_cache(cache_file())  # a FIFO or a device there: refused before the model loads
             if self.method == "auto":
                 return self.check_options()
             if self.options:  # a named method, its window auto
@@ -121,7 +159,7 @@ class Decoding:
                     param_hint="--option",
                 )
         spec = get_method(self.method)
-        if spec.window is not None and self.window_given and self.window != spec.window:
+        if spec.window is not None and self.window_given and self.window not in (None, spec.window):
             raise click.BadParameter(
                 f"{spec.name} always runs window {spec.window}: --window {self.window} would be ignored",
                 param_hint="--window",
@@ -137,9 +175,10 @@ class Decoding:
                 param_hint="--option",
             )
 
-    def resolve(self, bundle) -> tuple[Decoding, object | None]:
-        """This decoding with ``auto`` replaced by the measured choice (:func:`jacobigen.tools.auto.choose`,
-        calibrated once per model and machine, cached), and the choice (None when nothing was auto)."""
+    def resolve(self, bundle, prompt: str | None = None, kept: tuple[str, int] | None = None):
+        """This decoding with ``auto`` replaced by the choice (:func:`jacobigen.tools.auto.choose` on
+        ``prompt``: the model's step table and this machine's costs, cached), and the choice (None
+        when nothing was auto). ``kept``: the (method, window) a resumed job started with, kept."""
         if self.method != "auto" and self.window is not None:
             return self, None
         from ..decode.methods import get_method
@@ -148,12 +187,19 @@ class Decoding:
         fixed = None if self.method == "auto" else get_method(self.method).window
         if fixed:  # ar: nothing to weigh
             return replace(self, window=fixed), None
+        if kept is not None:
+            click.echo(f"auto: {kept[0]} at window {kept[1]}, as this job started (its records say so)")
+            return replace(self, method=kept[0], window=kept[1]), None
 
-        choice = choose(bundle, self.method, self.window, cache_file(), self.progress, **self.sampling)
-        click.echo(
-            f"auto: {choice.method} at window {choice.window}, predicted {choice.speedup:.2f}x ar's speed here "
-            f"({'calibrated now' if choice.calibrated else 'calibration'} in {cache_file()})"
-        )
+        choice = choose(bundle, self.method, self.window, cache_file(), prompt=prompt, **self.sampling)
+        where = f"{'measured now' if choice.calibrated else 'costs'} in {cache_file()}"
+        if choice.table is None:
+            click.echo(f"auto: {choice.method} at window {choice.window} ({choice.reason})")
+        else:
+            click.echo(
+                f"auto: {choice.method} at window {choice.window}, predicted {choice.speedup:.2f}x ar's speed here "
+                f"({choice.reason}; steps from {choice.table.name}, {where})"
+            )
         return replace(self, method=choice.method, window=choice.window), choice
 
     def generate_kwargs(self, **more) -> dict:
@@ -198,6 +244,16 @@ def model_options(default: str = "default", model_help: str | None = None, threa
             "their argparse.Namespace). Unpickling can run code: only for files you trust.",
         ),
     ]
+    options.append(
+        click.option(
+            "--quantize",
+            type=click.Choice(["int8", "int4"]),
+            default=None,
+            help="Quantize the model's linear weights (torchao, weight-only; int4: group size 128, CUDA only; "
+            'pip install -e ".[quant]"). The target distribution is the quantized model\'s; lossless methods '
+            "sample it exactly.",
+        )
+    )
     if threads:
         options.append(
             click.option(
@@ -213,7 +269,11 @@ def model_options(default: str = "default", model_help: str | None = None, threa
     def build(kw):
         return {
             "model": ModelChoice(
-                kw.pop("model_spec"), kw.pop("device"), kw.pop("threads", None), kw.pop("trust_checkpoint")
+                kw.pop("model_spec"),
+                kw.pop("device"),
+                kw.pop("threads", None),
+                kw.pop("trust_checkpoint"),
+                kw.pop("quantize"),
             )
         }
 

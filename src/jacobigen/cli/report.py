@@ -47,14 +47,15 @@ def trace_path(out: Path) -> Path:
     return out.with_name(out.stem + ".trace.png")
 
 
-def check_outputs(out: Path, stats_path: Path | None, trace: bool) -> None:
+def check_outputs(out: Path, stats_path: Path | None, trace: bool, force: bool = False) -> None:
     """--out, --stats and --trace's file, before any work: each a regular file (or a symlink to one,
-    followed) or nothing yet, writable, and no two of them the same file."""
+    followed) or nothing yet, writable (a read-only one only with ``force``), and no two of them the
+    same file."""
     named = {"--out": out, "--stats": stats_path, "--trace": trace_path(out) if trace else None}
     distinct(named)
     for what, path in named.items():
         if path is not None:
-            check_writable(path, what)
+            check_writable(path, what, force=force)
     if trace:
         extras.plots()  # before any image is generated
 
@@ -81,18 +82,20 @@ def report(bundle, gen, texts, seeds, decoding: Decoding, out: Path, trace: bool
     window = decoding.window if gen.method.window is None else gen.method.window
     what = "clip(s)" if isinstance(bundle.layout, VideoLayout) else "image(s)"
     spelled = "" if gen.method.name == gen.method.parts_text else f" = {gen.method.parts_text}"
-    click.echo(f"method: {gen.method.name}{spelled} ({kind}), window {window}")
+    weights = f"; weights {s.quantize} (the target is the quantized model)" if s.quantize else ""
+    click.echo(f"method: {gen.method.name}{spelled} ({kind}), window {window}{weights}")
     click.echo(
         f"NFE: {s.nfe} forward passes for {len(texts)} {what}; per {what[:-3]} {per_seq:.1f} vs "
         f"{ar_nfe} for AR -> step compression {s.step_compression(ar_nfe):.2f}x"
     )
     split = "" if s.forward_time is None else f" (model forward {s.forward_time:.2f} s, other {s.overhead_time:.2f} s)"
     click.echo(f"wall time: {s.wall_time:.2f} s{split}")
-    if choice is not None:
+    if choice is not None and math.isfinite(choice.ar_seconds):
         per_image = s.wall_time / len(texts)
         click.echo(
             f"speed against ar: predicted {choice.speedup:.2f}x, measured {choice.ar_seconds / per_image:.2f}x "
-            f"({per_image:.2f} s per {what[:-3]}; ar {choice.ar_seconds:.2f} s, calibrated)"
+            f"({per_image:.2f} s per {what[:-3]}; ar {choice.ar_seconds:.2f} s, "
+            f"{'measured' if 'ar@1' in choice.measured else 'predicted'} here)"
         )
     if gen.method.part("tree"):
         click.echo(
@@ -100,7 +103,14 @@ def report(bundle, gen, texts, seeds, decoding: Decoding, out: Path, trace: bool
             f"off-spine nodes, {s.tokens_per_node:.3f} tokens per node"
         )
     if decoding.stats_path:
-        record = {"method": gen.method.name, "parts": gen.method.parts_text, "ar_nfe": ar_nfe, **s.as_dict()}
+        record = {
+            "method": gen.method.name,
+            "window": window,
+            "parts": gen.method.parts_text,
+            "auto": _auto_record(choice) if choice is not None else None,
+            "ar_nfe": ar_nfe,
+            **s.as_dict(),
+        }
         atomic_write(decoding.stats_path, json.dumps(record, indent=2).encode(), "--stats")
     click.echo(f"wrote {out}")
     if trace:
@@ -108,3 +118,22 @@ def report(bundle, gen, texts, seeds, decoding: Decoding, out: Path, trace: bool
         titles = [f"{t} (seed {sd}): {n} passes" for t, sd, n in zip(texts, seeds, s.sequence_nfe, strict=True)]
         extras.plots().plot_acceptance(list(bundle.layout.tiled(s.when)), titles, traced)
         click.echo(f"wrote {traced}")
+
+
+def _auto_record(choice) -> dict:
+    """What ``--stats`` says about an auto choice: the pair, why, and the figures behind it."""
+
+    def finite(x):
+        return x if math.isfinite(x) else None
+
+    return {
+        "method": choice.method,
+        "window": choice.window,
+        "reason": choice.reason,
+        "step_table": str(choice.table) if choice.table else None,
+        "predicted_seconds": finite(choice.seconds),
+        "ar_seconds": finite(choice.ar_seconds),
+        "predicted_speedup": choice.speedup,
+        "candidates": {k: finite(v) for k, v in choice.predicted.items()},
+        "measured_seconds": choice.measured,
+    }

@@ -48,7 +48,8 @@ MAX_SIZE = 4096  # --size, pixels per clip
     is_flag=True,
     help="Also write OUT's stem + .trace.png: which iteration committed each token, a clip's frames side by side.",
 )
-def generate_video(prompts, model: ModelChoice, decoding: Decoding, frames, num_clips, out, size, fps, trace):
+@click.option("--force", is_flag=True, help="Replace a read-only --out or --stats file (refused otherwise).")
+def generate_video(prompts, model: ModelChoice, decoding: Decoding, frames, num_clips, out, size, fps, trace, force):
     """Generate clips for PROMPTS with any method and report how many forward passes it took."""
     n = len(prompts) * num_clips
     if n > MAX_CLIPS:
@@ -58,7 +59,7 @@ def generate_video(prompts, model: ModelChoice, decoding: Decoding, frames, num_
         )
     if out.suffix.lower() not in CLIP_FORMATS:
         raise BadInput(f"--out {out}: write an animated {', '.join(CLIP_FORMATS)} file")
-    check_outputs(out, decoding.stats_path, trace)
+    check_outputs(out, decoding.stats_path, trace, force)
     seeds = decoding.seeds(n)
     decoding.check_method()
     bundle = model.load().with_frames(frames)

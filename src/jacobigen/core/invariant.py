@@ -71,8 +71,9 @@ _lock = threading.Lock()
 
 def plan(weight: torch.Tensor) -> Plan | None:
     """This machine's row-invariant way to multiply by ``weight`` (measured once per shape, dtype,
-    device and thread count); None when neither a floor nor fixed chunks keep rows invariant."""
-    key = (tuple(weight.shape), weight.dtype, weight.device, torch.get_num_threads())
+    tensor type, device and thread count); None when neither a floor nor fixed chunks keep rows invariant."""
+    # the weight's type too: a quantized weight (a torchao tensor subclass) runs another kernel
+    key = (tuple(weight.shape), weight.dtype, type(weight), weight.device, torch.get_num_threads())
     if key in _plans:
         return _plans[key]
     with _lock:

@@ -4,6 +4,9 @@ allocation of hundreds of gigabytes (or a machine brought to its knees) halfway 
 
 from __future__ import annotations
 
+import os
+import re
+
 import torch
 
 from .errors import ConfigError
@@ -12,8 +15,28 @@ BUDGET = 0.5  # share of the free memory a decode may plan to use
 PER_SLOT = 12  # [slots, V] float buffers a row keeps (targets, drafts' q, history, logits)
 
 
+MEMORY_ENV = "JACOBIGEN_DEVICE_MEMORY"  # bytes free to plan on, instead of the device's count (tests, shared machines)
+UNITS = {"": 1, "k": 2**10, "kib": 2**10, "m": 2**20, "mib": 2**20, "g": 2**30, "gib": 2**30, "t": 2**40, "tib": 2**40}
+UNITS.update(kb=10**3, mb=10**6, gb=10**9, tb=10**12)
+
+
+def memory_override() -> int | None:
+    """``JACOBIGEN_DEVICE_MEMORY`` in bytes (``24GiB``, ``16G``, ``512MiB``, ``80e9``), None when unset."""
+    text = os.environ.get(MEMORY_ENV, "").strip()
+    if not text:
+        return None
+    found = re.fullmatch(r"([0-9]+(?:\.[0-9]*)?(?:e[0-9]+)?)\s*([a-z]*)", text.lower())
+    if not found or found.group(2) not in UNITS:
+        raise ConfigError(f"{MEMORY_ENV}={text!r}: give bytes, optionally with a unit (KiB, MiB, GiB, GB), e.g. 24GiB")
+    return int(float(found.group(1)) * UNITS[found.group(2)])
+
+
 def free_memory(device: torch.device) -> int | None:
-    """Bytes free on ``device`` (CUDA: the driver's count; CPU: MemAvailable), None if unknown."""
+    """Bytes free on ``device`` (CUDA: the driver's count; CPU: MemAvailable), None if unknown;
+    ``JACOBIGEN_DEVICE_MEMORY`` replaces the count when set."""
+    override = memory_override()
+    if override is not None:
+        return override
     if device.type == "cuda":
         return torch.cuda.mem_get_info(device)[0]
     if device.type != "cpu":

@@ -10,6 +10,7 @@ from ..core.checks import MAX_SEED, image_seeds, integer
 from ..core.contract import ImageModel, check_layout_type
 from ..core.errors import ConfigError
 from ..core.layout import ImageLayout
+from ..core.quantize import quantize_model, quantized_as
 from ..core.sampling import SamplingConfig
 from ..core.stats import DecodeStats
 from ..parts.tree import MAX_NODES
@@ -100,8 +101,8 @@ def generate(
     prompt,
     *,
     layout: ImageLayout,
-    method: str = "sjd",
-    window: int = 32,
+    method: str = "auto",
+    window: int | None = None,
     seed: int | list[int] = 0,
     cfg: float = 1.0,
     uncond=None,
@@ -114,6 +115,7 @@ def generate(
     latents: torch.Tensor | None = None,
     compile: bool | str = False,
     deterministic: Determinism = False,
+    quantize: str | None = None,
     **options,
 ) -> Generation:
     """Sample image token grids for one prompt (list of ids) or a batch of prompts.
@@ -134,10 +136,19 @@ def generate(
     default: the model's output embedding rows). ``compile=True`` runs each decode step as one
     ``torch.compile`` graph (a backend name picks another backend); the distribution is the same
     (inductor's fused kernels may round a draw otherwise), the first image of each block shape pays
-    the compilation. Extra keyword ``options`` go to the
-    method's parts (see ``jacobigen methods``).
+    the compilation. ``quantize="int8"`` (or ``"int4"`` on CUDA) quantizes the model's linear weights
+    in place first (torchao, weight-only; :mod:`jacobigen.core.quantize`): the target distribution is
+    then the quantized model's, and the lossless methods sample it exactly. A model already quantized
+    in that mode is used as it is. Extra keyword ``options`` go to the method's parts (see
+    ``jacobigen methods``). ``method="auto"`` (the default, as the CLI's) runs the lossless method and
+    window fastest on this machine by the model's step table, ``ar`` when nothing is clearly faster or
+    the model has no table; ``window=None`` does the same for a named method (:mod:`jacobigen.tools.auto`).
     """
     check_layout_type(layout)
+    if quantize is not None:  # first: auto measures the model that will decode
+        quantize_model(model, quantize)  # type: ignore[arg-type]  # a model that is no module: its ConfigError
+    if method == "auto" or window is None:
+        method, window = _auto(model, layout, prompt, uncond, method, window, options, temperature, top_k, top_p, cfg)
     spec = get_method(method)
     window = integer("window", window, 1)
     if window > layout.length + MAX_NODES:  # before a schedule sizes anything by it
@@ -166,4 +177,24 @@ def generate(
     decoder = make_decoder(model, layout, sampling, parts, timing, latents, compile, deterministic)
     tokens, stats = decoder.run(rows, seeds, progress, batch_size)
     stats.lossless = spec.lossless
+    stats.quantize = quantized_as(model)
     return Generation(tokens, layout.grid(tokens), stats, spec)
+
+
+def _auto(model, layout, prompt, uncond, method, window, options, temperature, top_k, top_p, cfg) -> tuple[str, int]:
+    """The (method, window) ``auto`` picks for the first sequence (:func:`jacobigen.tools.auto.resolve`:
+    it sits above this layer and is imported only when asked)."""
+    from ..tools.auto import resolve
+
+    if options.keys() - {"batch_invariant"}:  # that one has its own message below
+        if method != "auto":  # a misspelt or mistyped option: the method's own message first
+            get_method(method).build(window or layout.length, **options)
+        raise ConfigError(
+            f"method options {', '.join(sorted(options))} need a named method and window: auto weighs methods "
+            "without options"
+        )
+    sampling = SamplingConfig(temperature=temperature, top_k=top_k, top_p=top_p, cfg=cfg)
+    rows, _ = prompt_rows(prompt, 0, uncond, sampling.guided)
+    group = 2 if sampling.guided else 1
+    chosen = {"cfg": cfg, "temperature": temperature, "top_k": top_k, "top_p": top_p}
+    return resolve(model, layout, rows[:group], chosen, method, window)

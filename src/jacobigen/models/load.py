@@ -15,6 +15,7 @@ from PIL import Image
 from ..core.contract import default_device
 from ..core.errors import ConfigError, WeightsError
 from ..core.layout import ImageLayout, VideoLayout
+from ..core.quantize import check_mode, quantize_model
 from . import embedded as E
 from .bundle import ModelBundle, palette_decode, rows_encoder
 from .transformer import Transformer, TransformerConfig, load_transformer
@@ -222,15 +223,26 @@ def weights_provenance(spec: str) -> dict[str, str] | str:
     return weights_id(spec)
 
 
-def load_bundle(spec: str = "default", device: str | None = None, trust_checkpoint: bool = False) -> ModelBundle:
+def load_bundle(
+    spec: str = "default", device: str | None = None, trust_checkpoint: bool = False, quantize: str | None = None
+) -> ModelBundle:
     """``default``/``emoji`` (shipped), ``emoji:DIR`` (an emoji model export: ar.safetensors and its
     words.json), ``random``, ``random-video`` (a clip model), or ``FAMILY:PATH`` for a real model family.
     ``device=None`` picks CUDA when available; an unavailable device is a :class:`ConfigError`.
     ``trust_checkpoint`` lets a family read pickled checkpoints that hold Python objects
-    (unpickling them can run code)."""
+    (unpickling them can run code). ``quantize`` (``"int8"``, or ``"int4"`` on CUDA) quantizes the
+    model's linear weights after loading (:mod:`jacobigen.core.quantize`; checked before loading):
+    the bundle then samples the quantized model's distribution."""
     if not isinstance(spec, str):
         raise ConfigError(f"model must be a spec string such as 'default' or 'chameleon:DIR', got {spec!r}")
     device = resolve_device(device)
+    check_mode(quantize, device)
+    bundle = _load(spec, device, trust_checkpoint)
+    quantize_model(bundle.model, quantize)  # type: ignore[arg-type]
+    return bundle
+
+
+def _load(spec: str, device: str, trust_checkpoint: bool) -> ModelBundle:
     if spec == "random":
         return random_bundle(device=device)
     if spec == "random-video":

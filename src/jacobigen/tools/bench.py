@@ -125,9 +125,10 @@ def run_bench(
     """Run ``ar``, the plain loop and every (method, window) on every (prompt, seed), interleaved so
     drift hits all alike, after one untimed warm-up run of each (kernels, tables, compilation).
 
-    ``windows`` may contain "auto": the window is then chosen per method from the device's
-    forward cost curve (measured here) and a pilot run (:func:`jacobigen.tools.auto.choose`, not
-    cached); ``methods`` may contain "auto": the (method, window) ``--method auto`` would run.
+    ``windows`` may contain "auto": the window is then chosen per method from the model's step
+    table and this machine's costs (:func:`jacobigen.tools.auto.choose`, not cached; without a
+    table its smallest window); ``methods`` may contain "auto": the (method, window) ``--method
+    auto`` would run.
     Returns the rows and the other data: baselines, warm-up time, cost curve, and the machine, code and weights
     (:func:`~jacobigen.tools.threads.environment`, given the ``--model`` spec ``model_spec``) with the load
     average before and after.

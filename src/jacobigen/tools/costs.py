@@ -19,12 +19,13 @@ from ..core.masks import block_mask, causal
 
 def forward_cost_curve(model, sizes: list[int], context: int = 64, reps: int = 5, rows: int = 1) -> dict[int, float]:
     """Median seconds of one forward over a block of each size after ``context`` cached tokens, for
-    ``rows`` model rows (2 for a guided sequence: its cond/uncond pair)."""
+    ``rows`` model rows (2 for a guided sequence: its cond/uncond pair). The sizes are timed in
+    rounds, one forward of each per round after an untimed round, so that a burst of load on a
+    shared machine (or a cold start) hits every size alike instead of one."""
     device = model_device(model)
-    curve = {}
-    for size in sizes:
-        times = []
-        for _ in range(reps + 1):  # the first rep warms up
+    times: dict[int, list[float]] = {size: [] for size in sizes}
+    for _ in range(reps + 1):  # the first round warms up
+        for size in sizes:
             cache = model.new_cache(rows, context + size)
             cache.lengths += context
             tokens = torch.zeros(rows, size, dtype=torch.int64, device=device)
@@ -35,9 +36,8 @@ def forward_cost_curve(model, sizes: list[int], context: int = 64, reps: int = 5
             with torch.inference_mode():
                 model(tokens, positions, mask, cache)
             sync(device)
-            times.append(time.perf_counter() - t0)
-        curve[size] = statistics.median(times[1:])
-    return curve
+            times[size].append(time.perf_counter() - t0)
+    return {size: statistics.median(t[1:]) for size, t in times.items()}
 
 
 def interpolate(curve: dict[int, float], size: int) -> float:

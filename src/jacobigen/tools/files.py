@@ -60,10 +60,11 @@ NAME_MAX = 255  # bytes in one file name on common file systems (checked against
 MIN_FREE = 16 << 20  # free bytes an output folder must have before any work starts
 
 
-def output_path(path: str | Path, what: str) -> Path:
+def output_path(path: str | Path, what: str, force: bool = False) -> Path:
     """Where ``what`` is written: ``path``, or the file a symlink there points to (followed, never
     replaced). Anything but a regular file there (a folder, a device, a FIFO, a socket) is refused:
-    writing replaces what is at the path."""
+    writing replaces what is at the path. So is a read-only file (no write bit for anyone: its owner
+    protected it; root could replace it regardless), unless ``force``."""
     path = Path(path)
     target = Path(os.path.realpath(path)) if path.is_symlink() else path
     try:
@@ -72,19 +73,22 @@ def output_path(path: str | Path, what: str) -> Path:
         return target
     except OSError as e:
         raise ConfigError(f"cannot write {what} {path}: {e.strerror or e}") from e
+    shown = path if target == path else f"{path} (-> {target})"
     if not stat.S_ISREG(mode):
-        kind = _kinds.get(stat.S_IFMT(mode), "special file")
-        shown = path if target == path else f"{path} (-> {target})"
+        kind = FILE_KINDS.get(stat.S_IFMT(mode), "special file")
         raise ConfigError(f"{what} {shown} is a {kind}, not a regular file: name a file to write")
+    if not mode & 0o222 and not force:
+        raise ConfigError(f"{what} {shown} is read-only: pass --force to replace it, or name another file")
     return target
 
 
-_kinds = {
+FILE_KINDS = {  # what is at a path that is not a regular file, in words
     stat.S_IFDIR: "folder",
     stat.S_IFCHR: "device",
     stat.S_IFBLK: "device",
     stat.S_IFIFO: "FIFO",
     stat.S_IFSOCK: "socket",
+    stat.S_IFLNK: "symlink",
 }
 
 
@@ -92,13 +96,13 @@ def _temporary(path: Path) -> Path:
     return path.with_name(f".{path.name}.{os.getpid()}.tmp")
 
 
-def check_writable(path: str | Path, what: str, folder: bool = False) -> Path:
+def check_writable(path: str | Path, what: str, folder: bool = False, force: bool = False) -> Path:
     """Make sure ``path`` (a file, or a ``folder``) can be written, creating missing parent folders:
-    a regular file (or a symlink to one) or nothing at the path, file and temporary names the file
-    system takes, free space, and a probe file that proves permission (permission bits lie to root
-    and on some file systems). Returns where the file will be written."""
+    a regular file (or a symlink to one) or nothing at the path, not read-only unless ``force``, file
+    and temporary names the file system takes, free space, and a probe file that proves permission
+    (permission bits lie to root and on some file systems). Returns where the file will be written."""
     path = Path(path)
-    target = path if folder else output_path(path, what)
+    target = path if folder else output_path(path, what, force)
     where = target if folder else target.parent
     try:
         if folder and path.exists() and not path.is_dir():
@@ -132,29 +136,46 @@ def _name_max(folder: Path) -> int:
         return NAME_MAX
 
 
-def distinct(outputs: dict[str, str | Path | None]) -> None:
-    """Refuse two outputs of one run that land in the same file (``--out x.png --stats x.png``)."""
+def distinct(outputs: dict[str, str | Path | None], inputs: dict[str, str | Path | None] | None = None) -> None:
+    """Refuse two outputs of one run that land in the same file (``--out x.png --stats x.png``), and
+    an output that is one of the run's inputs (``--prompts p.txt --out p.txt``)."""
+    read = {os.path.realpath(p): what for what, p in (inputs or {}).items() if p is not None}
     seen: dict[str, str] = {}
     for what, path in outputs.items():
         if path is None:
             continue
         key = os.path.realpath(path)
+        if key in read:
+            raise ConfigError(f"{what} {path} is the run's {read[key]}: writing it would destroy the input")
         if key in seen:
             raise ConfigError(f"{seen[key]} and {what} both write {path}: give each its own file")
         seen[key] = what
+
+
+def not_written(prompts_file: str | Path, out_dir: str | Path) -> None:
+    """A ``--prompts`` file in ``--out-dir`` under a name the run writes (``NNNNN.png``, its
+    ``NNNNN.json`` record, ``stats.json``) would be overwritten by an image or a record: refused."""
+    path = Path(os.path.realpath(prompts_file))
+    if path.parent == Path(os.path.realpath(out_dir)) and path.suffix in (".png", ".json"):
+        raise ConfigError(
+            f"--prompts {prompts_file} lies in --out-dir {out_dir} under a name the run writes (images, records, "
+            "stats.json): move it, or pick another --out-dir"
+        )
 
 
 def atomic_write(path: str | Path, data: bytes, what: str = "output") -> None:
     """Write to a temporary name beside the file (a symlink's target), then rename: a killed job
     leaves the old file or the new one, never a truncated one. A write that fails (a full disk)
     leaves nothing and says so."""
-    path = output_path(path, what)
+    path = output_path(path, what, force=True)  # a read-only target was refused or forced before any work
     tmp = _temporary(path)
     try:
         with open(tmp, "wb") as f:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
+        if path.exists():  # the replaced file's permissions stay
+            os.chmod(tmp, stat.S_IMODE(path.stat().st_mode))
         os.replace(tmp, path)
     except OSError as e:
         raise OutputError(f"cannot write {what} {path}: {e.strerror or e}") from e

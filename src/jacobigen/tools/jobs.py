@@ -21,6 +21,7 @@ from pathlib import Path
 from PIL import Image
 
 from ..core.checks import image_seeds
+from ..core.errors import JacobigenError
 from ..core.stats import step_compression
 from ..models.bundle import ModelBundle
 from .files import atomic_write, check_writable, sweep_temporaries
@@ -51,9 +52,10 @@ class Outputs:
     """The output folder of a job run; ``settings`` are what determines an image besides its
     prompt and seed (model, weights, method, window, options, sampling)."""
 
-    def __init__(self, folder: str | Path, settings: dict | None = None):
+    def __init__(self, folder: str | Path, settings: dict | None = None, notes: dict | None = None):
         self.folder = check_writable(folder, "output folder", folder=True)
         self.settings = json.loads(json.dumps(settings or {}))  # as a record will read back
+        self.notes = notes or {}  # written into each record, not compared (``auto``: what was asked)
         sweep_temporaries(self.folder)
 
     def _record_path(self, job: Job) -> Path:
@@ -98,7 +100,9 @@ class Outputs:
 
     def write(self, job: Job, png: bytes, record: dict) -> None:
         atomic_write(self.folder / f"{job.name}.png", png)
-        atomic_write(self._record_path(job), json.dumps({**record, **self.expected(job)}, indent=2).encode())
+        atomic_write(
+            self._record_path(job), json.dumps({**record, **self.notes, **self.expected(job)}, indent=2).encode()
+        )
 
     def summarise(self, jobs: list[Job], made: int = 0, wall_time: float = 0.0, **run) -> dict:
         """Sum the records of ``jobs`` into ``stats.json``, with the rate of this run (``made``
@@ -122,6 +126,29 @@ class Outputs:
         }
         atomic_write(self.folder / "stats.json", json.dumps(summary, indent=2).encode())
         return summary
+
+
+MAX_RECORD_BYTES = 1 << 20  # a record is a few hundred bytes
+
+
+def started_with(folder: Path, jobs: list[Job], settings: dict, auto: dict) -> tuple[str, int] | None:
+    """The (method, window) that ``--method auto`` chose when this job started: from the first record
+    in ``folder`` of one of ``jobs`` that auto made with these ``settings`` (model, weights, options,
+    sampling) when asked the same ``auto`` ({"method", "window"}); None when there is none."""
+    from .steps import read_bounded
+
+    want = json.loads(json.dumps(settings))
+    for job in jobs:
+        try:
+            rec = json.loads(read_bounded(folder / f"{job.name}.json", MAX_RECORD_BYTES, "record"))
+        except (ValueError, RecursionError, JacobigenError):
+            continue
+        if not isinstance(rec, dict) or rec.get("auto") != auto or any(rec.get(k) != v for k, v in want.items()):
+            continue
+        method, window = rec.get("method"), rec.get("window")
+        if isinstance(method, str) and isinstance(window, int) and not isinstance(window, bool) and window >= 1:
+            return method, window
+    return None
 
 
 def render(pipe: ModelBundle, jobs: list[Job], batch_size: int | None = None, **options) -> list[tuple[bytes, dict]]:
@@ -155,7 +182,7 @@ def run_local(
     pipe: ModelBundle,
     jobs: list[Job],
     outputs: Outputs,
-    batch_size: int,
+    batch_size: int | None,
     chunk: int,
     on_result: Callable[[Job, dict], None] | None = None,
     **options,

@@ -98,11 +98,13 @@ def git_commit() -> dict:
 def environment(model, model_spec: str | None = None) -> dict:
     """What a run on this machine depends on and where it came from, for every benchmark's JSON:
     threads, OpenMP wait policy, torch, device, CPU, the load average now (``loadavg_before``; the
-    caller adds ``loadavg_after``), the git commit of this checkout and, given the ``--model``
-    spec, the weights (:func:`jacobigen.models.weights_provenance`: sha256 of each shipped file)."""
+    caller adds ``loadavg_after``), the git commit of this checkout, given the ``--model``
+    spec, the weights (:func:`jacobigen.models.weights_provenance`: sha256 of each shipped file), and
+    their quantization (``--quantize``)."""
     import torch
 
     from ..core.contract import model_device
+    from ..core.quantize import quantized_as
 
     weights = None
     if model_spec is not None:
@@ -119,6 +121,7 @@ def environment(model, model_spec: str | None = None) -> dict:
         **git_commit(),
         "model_spec": model_spec,
         "weights": weights,
+        "quantize": quantized_as(model),  # int8 / int4 weights (--quantize), None: the model's dtype
     }
 
 

@@ -1,0 +1,63 @@
+"""``jacobigen plan``: the memory plan of a model shape (or a ``--model`` spec) without its weights."""
+
+from __future__ import annotations
+
+import click
+
+from .group import main
+
+DTYPE_NAMES = ("bf16", "fp16", "fp32")
+
+
+@main.command("plan")
+@click.option(
+    "--shape",
+    "shapes",
+    multiple=True,
+    help="A named shape (repeatable; 'all': every one). `jacobigen plan --list` names them.",
+)
+@click.option("--model", "model_spec", default=None, help="A --model spec whose shape is read from its config instead.")
+@click.option("--list", "list_shapes", is_flag=True, help="List the named shapes and exit.")
+@click.option("--quantize", type=click.Choice(["int8", "int4"]), default=None, help="Linear weights at int8 or int4.")
+@click.option(
+    "--dtype",
+    type=click.Choice(DTYPE_NAMES),
+    default=None,
+    help="The model's dtype (default: bf16 on CUDA, fp32 on the CPU, as the loaders choose).",
+)
+@click.option("--device", default="cpu", show_default=True, help="Whose free memory to plan against (cpu, cuda...).")
+@click.option("--window", type=click.IntRange(min=1), default=32, show_default=True, help="Tokens per block.")
+@click.option("--batch-size", type=click.IntRange(min=1), default=1, show_default=True, help="Sequences together.")
+@click.option("--cfg/--no-cfg", default=None, help="Two model rows per sequence (default: the family's own).")
+@click.option(
+    "--table",
+    is_flag=True,
+    help="One markdown table of weights, KV cache and activations at bf16, int8 and int4 (no free memory).",
+)
+def plan_command(model_spec, shapes, list_shapes, quantize, dtype, device, window, batch_size, cfg, table):
+    """Print the memory a decode needs: weights, KV cache, buffers and activations."""
+    from ..core.errors import ConfigError
+    from ..models import memory
+    from ..models.memory import DTYPES
+
+    if list_shapes:
+        for s in memory.SHAPES.values():
+            click.echo(f"{s.name:22} {s.parameters / 1e9:6.2f} B  {s.note}")
+        return
+    if model_spec and shapes:
+        raise click.UsageError("give --shape or --model, not both")
+    chosen = list(memory.SHAPES.values()) if "all" in shapes else [memory.named(n) for n in shapes]
+    if model_spec:
+        found = memory.shape_of(model_spec)
+        if found is None:
+            raise ConfigError(f"the shape of {model_spec} is known only once it loads (no config to read)")
+        chosen = [found]
+    if not chosen:
+        raise click.UsageError("give --shape NAME (or all) or --model SPEC")
+    kw = dict(device=device, window=window, batch=batch_size, cfg=cfg)
+    if table:
+        click.echo(memory.table(chosen, **kw))
+        return
+    for i, shape in enumerate(chosen):
+        p = memory.plan(shape, dtype=DTYPES[dtype] if dtype else None, quantize=quantize, **kw)
+        click.echo(("\n" if i else "") + p.text())
