@@ -22,6 +22,12 @@ h. ``batch`` (issue 49): images/s of that model (16x16 image, CFG pair, forwards
    (row-invariant kernels: :mod:`jacobigen.core.invariant`), each mode with its own graphs.
 g. ``table``: Lumina-mGPT-7B at 768 px (2,357 tokens): seconds per image from the measured forward
    and bookkeeping, for AR and the papers' step compressions, beside the papers' published times.
+i. ``lumina2`` (issue 52): Lumina-mGPT 2.0 at 768 px (96 x 97 + 1 = 9,313 image tokens): the graphed
+   forward of the CFG pair at blocks 1 and 16 with its whole context cached, and seconds per image
+   for AR and for step compressions 2-4 at window 16 (bookkeeping from ``overhead``), beside its
+   README's 694 s (AR) and 324 s (its speculative Jacobi decoding, window 16) on an A100. The same
+   7B stack (2.0 is Chameleon-shaped); 2.0's head over its 172k ids reads 1.4 GB more per forward
+   than this 65,536-id one, about 0.3 ms at the datasheet bandwidth, added as ``head_ms``.
 
 Each part runs under try/except; ``measure.json`` and ``measure.md`` are rewritten after every part,
 so a failure or a kill keeps the figures already taken. ``--tiny`` runs the same code on a 2-layer
@@ -64,6 +70,9 @@ from jacobigen.tools.costs import block_size
 
 DATASHEET_TBPS = 4.8  # H200 HBM3e
 LUMINA_768 = 2357  # 48 x 48 cells + 48 EOL + end of image
+LUMINA2_768 = 96 * 97 + 1  # 96 rows of 96 codes, each ended by a separator, then the end of the image
+LUMINA2_PUBLISHED = {"ar": 694.0, "jacobi-16": 324.0}  # its README, one A100, 768 px, CFG 4, top-k 4096
+LUMINA2_HEAD_BYTES = (172_032 - 65_536) * 4096 * 2  # 2.0's larger head over this one, bf16
 PAPERS = {  # Lumina-mGPT 768 px, step compression and seconds per image as each paper reports them
     "ar": (1.0, 197.0),
     "sjd": (2.2, None),
@@ -87,6 +96,8 @@ FULL = dict(
     step_backends="eager,inductor",
     batch_sizes=[1, 4, 16],
     budget_batch=150.0,
+    lumina2_context=LUMINA2_768 + 64,  # the image and a short prompt
+    lumina2_sizes=[1, 16],
 )
 TINY = dict(
     sizes=[1, 4, 8],
@@ -104,6 +115,8 @@ TINY = dict(
     step_backends="eager",
     batch_sizes=[1, 2],
     budget_batch=60.0,
+    lumina2_context=96,
+    lumina2_sizes=[1, 4],
 )
 PRESETS = "ar,sjd,scd-mc,scd-gs,sjd-pac,sjd-vp,scd-mc+pac+vp"
 COMPILED_PRESETS = "ar,scd-mc,sjd-pac"
@@ -496,6 +509,45 @@ def projection(report: dict, result):
         result["rows"].append(row)
 
 
+# --- i: Lumina-mGPT 2.0 at 768 px ----------------------------------------------------------------
+
+
+def lumina2(model, device, args, result, report):
+    """The graphed forward of the CFG pair over Lumina-mGPT 2.0's 768-px context, and what it makes
+    of an image: AR's 9,313 forwards, and a window-16 method's at step compressions 2, 3 and 4."""
+    rows, context = 2, args.lumina2_context
+    capacity = context + max(args.lumina2_sizes)
+    cache = model.new_cache(rows, capacity)
+    cache.lengths += context
+    graphed = Graphed(model)
+    head_ms = 1e3 * LUMINA2_HEAD_BYTES / (DATASHEET_TBPS * 1e12) if not args.tiny else 0.0
+    result.update(context=context, image_tokens=LUMINA2_768, head_ms=head_ms, points=[], rows=[])
+    g = torch.Generator().manual_seed(0)
+    for size in args.lumina2_sizes:
+        tokens = torch.randint(0, model.config.vocab_size, (rows, size), generator=g).to(device)
+        positions = torch.arange(context, context + size, device=device).expand(rows, size)
+        mask = block_mask(cache.lengths, capacity, causal(size, device))
+        with torch.inference_mode():
+            run = lambda t=tokens, p=positions, m=mask: graphed(t, p, m, cache)  # noqa: E731
+            times = timed(run, device, args.warmup, args.reps)
+        result["points"].append({"block": size, "median_ms": 1e3 * statistics.median(times) + head_ms})
+    fwd = {p["block"]: p["median_ms"] for p in result["points"]}
+    one, wide = fwd[min(fwd)], fwd[max(fwd)]
+    window = max(fwd)
+    books = [
+        r["bookkeeping_ms_per_iter"] for r in report.get("overhead", {}).get("runs", []) if r["method"] == "scd-mc"
+    ]
+    book = min(books, default=0.0)
+    result["rows"].append({"method": "ar", "step_compression": 1.0, "seconds": LUMINA2_768 * one / 1e3})
+    for c in (2.0, 3.0, 4.0):
+        result["rows"].append(
+            {"method": f"window {window}", "step_compression": c, "seconds": LUMINA2_768 / c * (wide + book) / 1e3}
+        )
+    result["published"] = LUMINA2_PUBLISHED
+    cache = None  # noqa: F841
+    free_memory(device)
+
+
 # --- h: batches -----------------------------------------------------------------------------------
 
 
@@ -584,7 +636,18 @@ def markdown(report: dict) -> str:
             f"({mod['weight_bytes'] / 1e9:.2f} GB), {mod['dtype']}, built in {mod['build_seconds']:.1f} s.",
             "",
         ]
-    for key in ("model", "bandwidth", "forward", "plain", "overhead", "batch", "compiled", "embedded", "table"):
+    for key in (
+        "model",
+        "bandwidth",
+        "forward",
+        "plain",
+        "overhead",
+        "batch",
+        "lumina2",
+        "compiled",
+        "embedded",
+        "table",
+    ):
         part = report.get(key, {})
         if part.get("status") in ("error", "timeout"):
             lines += [f"**{key}: {part['status']}**", "", "```", (part.get("error") or "").strip()[-1200:], "```", ""]
@@ -669,6 +732,21 @@ def markdown(report: dict) -> str:
         for sk in bt.get("skipped", []):
             lines.append(f"\nskipped (budget): {sk['method']} {sk['mode']} batch {sk['batch']}")
         lines += [""]
+    l2 = report.get("lumina2", {})
+    if l2.get("rows"):
+        pub = l2["published"]
+        lines += [
+            f"## Lumina-mGPT 2.0, 768 px ({l2['image_tokens']:,} tokens; published on an A100: {pub['ar']:.0f} s AR, "
+            f"{pub['jacobi-16']:.0f} s with its Jacobi decoding at window 16)",
+            "",
+            "forward of the CFG pair at its full context (ms, graphed, with 2.0's larger head added: "
+            f"{l2['head_ms']:.2f} ms): " + ", ".join(f"block {p['block']}: {p['median_ms']:.2f}" for p in l2["points"]),
+            "",
+            "| method | step compression | seconds per image |",
+            "|---|---|---|",
+        ]
+        lines += [f"| {r['method']} | {r['step_compression']:.1f} | {r['seconds']:.1f} |" for r in l2["rows"]]
+        lines += [""]
     t = report.get("table", {})
     if t.get("rows"):
         lines += [
@@ -731,6 +809,7 @@ def parse(argv=None):
     p.add_argument("--step-backends", default=None, help="backends the compiled part runs each preset under")
     p.add_argument("--emulate-graphs", action="store_true", help="replay the compiled part's steps on the CPU (tests)")
     p.add_argument("--skip-embedded", action="store_true")
+    p.add_argument("--skip-lumina2", action="store_true")
     p.add_argument("--embedded-timeout", type=float, default=None)
     p.add_argument("--embedded-methods", default="ar,sjd,scd-mc,scd-gs,sjd-pac,pjd")
     p.add_argument("--embedded-windows", default="32")
@@ -776,7 +855,18 @@ def main(argv=None) -> dict:
         "threads": torch.get_num_threads(),
         "argv": sys.argv[1:] if argv is None else list(argv),
     }
-    for key in ("model", "bandwidth", "forward", "plain", "overhead", "batch", "compiled", "embedded", "table"):
+    for key in (
+        "model",
+        "bandwidth",
+        "forward",
+        "plain",
+        "overhead",
+        "batch",
+        "lumina2",
+        "compiled",
+        "embedded",
+        "table",
+    ):
         report[key] = {"status": "pending"}
     write(report, out)
 
@@ -813,6 +903,7 @@ def main(argv=None) -> dict:
         ("plain", lambda res: plain(model, device, args, res)),
         ("overhead", lambda res: overhead(model, device, args, res, report)),
         ("batch", lambda res: batches(model, device, args, res)),
+        ("lumina2", lambda res: lumina2(model, device, args, res, report)),
     ]:
         part(key, fn, skip=model is None or getattr(args, f"skip_{key}"))
     model = None

@@ -42,6 +42,11 @@ def test_tiny_run_writes_every_part(tmp_path):
     assert [(r["method"], r["window"]) for r in over["runs"]] == [("ar", 1), ("sjd", 32), ("sjd-pac", 32)]
     for r in over["runs"]:
         assert r["nfe"] >= 2 and r["forward_ms_per_iter"] > 0 and r["bookkeeping_ms_per_iter"] >= 0
+    l2 = report["lumina2"]
+    assert l2["status"] == "ok", l2.get("error")
+    assert [p["block"] for p in l2["points"]] == [1, 4] and all(p["median_ms"] > 0 for p in l2["points"])
+    assert [r["step_compression"] for r in l2["rows"]] == [1.0, 2.0, 3.0, 4.0]
+    assert all(r["seconds"] > 0 for r in l2["rows"]) and "## Lumina-mGPT 2.0" in (tmp_path / "measure.md").read_text()
     batch = report["batch"]
     assert batch["status"] == "ok", batch.get("error")
     got = [(r["method"], r["mode"], r["batch"]) for r in batch["runs"]]
