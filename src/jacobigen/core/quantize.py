@@ -31,20 +31,27 @@ INSTALL = 'weight quantization needs torchao: pip install -e ".[quant]"'
 
 
 @contextlib.contextmanager
-def _quiet():
+def quiet_torchao():
     """torchao's import logs a warning per optional kernel library this build lacks (CUDA-only .so
-    files on a CPU machine) and torch one about its enum registration: noise, not news."""
+    files on a CPU machine) and torch one about its enum registration: noise, not news. transformers
+    imports torchao too when it is installed (its quantizers), so the family loaders run under this."""
     loggers = [logging.getLogger(n) for n in ("torchao", "torch.utils._pytree")]
     levels = [lg.level for lg in loggers]
     for lg in loggers:
         lg.setLevel(logging.ERROR)
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            yield
+        yield
     finally:
         for lg, level in zip(loggers, levels, strict=True):
             lg.setLevel(level)
+
+
+@contextlib.contextmanager
+def _quiet():
+    """:func:`quiet_torchao`, and torchao's own warnings while it quantizes."""
+    with quiet_torchao(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        yield
 
 
 def torchao():

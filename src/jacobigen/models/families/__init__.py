@@ -45,15 +45,18 @@ def load_family(family: str, path: str, device: str | None = None, trust_checkpo
     path, _, query = path.partition("?")
     if not path:
         raise ConfigError(f"--model {family}:PATH needs the checkpoint directory after the colon")
-    try:
-        import transformers  # noqa: F401
-    except ImportError:
-        raise ConfigError('real model families need transformers: pip install -e ".[families]"') from None
-    load = import_module(f".{name}", __name__).load
-    options = model_options(family, query, inspect.signature(load).parameters)
-    if "trust_checkpoint" in inspect.signature(load).parameters:  # families that unpickle anything
-        options["trust_checkpoint"] = trust_checkpoint
-    return load(path, device or default_device(), **options)
+    from ...core.quantize import quiet_torchao
+
+    with quiet_torchao():  # transformers imports torchao (when installed) as it loads a model
+        try:
+            import transformers  # noqa: F401
+        except ImportError:
+            raise ConfigError('real model families need transformers: pip install -e ".[families]"') from None
+        load = import_module(f".{name}", __name__).load
+        options = model_options(family, query, inspect.signature(load).parameters)
+        if "trust_checkpoint" in inspect.signature(load).parameters:  # families that unpickle anything
+            options["trust_checkpoint"] = trust_checkpoint
+        return load(path, device or default_device(), **options)
 
 
 SIZE_STEP = {"chameleon": 32, "lumina": 32, "lumina-mgpt": 32, "emu3": 8, "llamagen": 16}  # pixels per token grid
