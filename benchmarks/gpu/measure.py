@@ -118,6 +118,8 @@ TINY = dict(
     lumina2_context=96,
     lumina2_sizes=[1, 4],
 )
+# the report's parts, in the order they run and are printed
+PARTS = ("model", "bandwidth", "forward", "plain", "overhead", "batch", "lumina2", "compiled", "embedded", "table")
 PRESETS = "ar,sjd,scd-mc,scd-gs,sjd-pac,sjd-vp,scd-mc+pac+vp"
 COMPILED_PRESETS = "ar,scd-mc,sjd-pac"
 
@@ -636,18 +638,7 @@ def markdown(report: dict) -> str:
             f"({mod['weight_bytes'] / 1e9:.2f} GB), {mod['dtype']}, built in {mod['build_seconds']:.1f} s.",
             "",
         ]
-    for key in (
-        "model",
-        "bandwidth",
-        "forward",
-        "plain",
-        "overhead",
-        "batch",
-        "lumina2",
-        "compiled",
-        "embedded",
-        "table",
-    ):
+    for key in PARTS:
         part = report.get(key, {})
         if part.get("status") in ("error", "timeout"):
             lines += [f"**{key}: {part['status']}**", "", "```", (part.get("error") or "").strip()[-1200:], "```", ""]
@@ -855,18 +846,7 @@ def main(argv=None) -> dict:
         "threads": torch.get_num_threads(),
         "argv": sys.argv[1:] if argv is None else list(argv),
     }
-    for key in (
-        "model",
-        "bandwidth",
-        "forward",
-        "plain",
-        "overhead",
-        "batch",
-        "lumina2",
-        "compiled",
-        "embedded",
-        "table",
-    ):
+    for key in PARTS:
         report[key] = {"status": "pending"}
     write(report, out)
 
