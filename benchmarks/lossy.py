@@ -23,6 +23,7 @@ from jacobigen.tools.bench_fid import FidReference
 from jacobigen.tools.bench_report import fid_cell, fid_note, md_table
 from jacobigen.tools.exactness import exact_distribution, layout, sample, tiny_model, tv_distance
 from jacobigen.tools.plots import plot_fid_vs_speed
+from jacobigen.tools.threads import environment, loadavg
 
 SETTINGS = [
     ("sjd", {}),
@@ -47,6 +48,7 @@ def main():
     args = ap.parse_args()
 
     pipe = load_bundle(args.model)
+    meta = environment(pipe.model, args.model)  # the commit, threads and machine, as every bench records
     prompts = (pipe.example_prompts * args.prompts)[: args.prompts]
     ar = sum(pipe.generate(p, method="ar", seed=i)[0].stats.nfe for i, p in enumerate(prompts))
 
@@ -89,6 +91,8 @@ def main():
         "tv_noise_floor": noise,
         "fid": fid,
         "rows": rows,
+        **meta,
+        "loadavg_after": loadavg(),
     }
     (args.out / "lossy.json").write_text(json.dumps(result, indent=2))
     fid_cols = {"fid_vs_ar": "FID vs ar", "fid_vs_data": "FID vs data"} if fid else {}
