@@ -72,18 +72,3 @@ def call_or_none(url: str):
         return call(url, timeout=5)
     except OSError:
         return None
-
-
-def test_threads_and_device_are_options_and_checked():
-    result = CliRunner().invoke(serve, ["--threads", "100000"])
-    assert result.exit_code == 2 and "threads" in result.output
-    assert "--device" in CliRunner().invoke(serve, ["--help"]).output
-
-
-def test_a_clip_model_exits_2_with_one_line():
-    done = subprocess.run(
-        [sys.executable, "-c", "from jacobigen.cli import main; main()", "serve", "--model", "random-video"],
-        capture_output=True,
-        text=True,
-    )
-    assert done.returncode == 2 and "generate-video" in done.stderr and "Traceback" not in done.stderr

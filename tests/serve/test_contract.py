@@ -2,7 +2,8 @@
 status and for HEAD; a client that leaves, streamed or not, cancels its decoding and is counted 499;
 a half-sent body or bad input leaves no traceback in the log; the API key covers /openapi.json and
 /docs is off; 401s are counted; the log says how the window policy was chosen; SIGTERM drains with
-503s and a "draining" health check while the requests in flight finish."""
+503s and a "draining" health check while the requests in flight finish; n above the queue is a 400,
+not a 429 to retry forever; a clip model and a bad --threads are refused in one line."""
 
 from __future__ import annotations
 
@@ -194,6 +195,12 @@ def test_a_full_queue_answers_429_in_the_shape():
         assert counted(url, 429) == 1
         until(lambda: counted(url, 499) == 2, 30, "both streams to count as left")  # the queued one too
         until(lambda: health(url)["running"] + health(url)["queued"] == 0, 30, "the rows to be freed")
+
+
+def test_more_images_than_the_queue_holds_is_a_400_not_a_429():
+    with serving(max_batch=1, max_queue=1) as url:
+        status, headers, data = ask(url, "POST", GEN, {**AR, "n": 2})
+        assert status == 400 and error_of(400, headers, data)["param"] == "n" and "retry-after" not in headers
 
 
 def test_a_deadline_answers_504_in_the_shape():
@@ -389,3 +396,23 @@ def test_calibration_shows_in_the_log_before_the_port_opens(tmp_path):
         log = server.log()
     start, done = log.index("window policy: calibrating"), log.index("window policy (calibrated in")
     assert start < done < log.index("Uvicorn running on") and "ar" in log[done:].splitlines()[0]
+
+
+# --- refusals before anything loads -------------------------------------------------------------
+
+
+def cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "jacobigen.cli", "serve", *args], capture_output=True, text=True, timeout=120
+    )
+
+
+def test_a_clip_model_exits_2_with_one_line():
+    done = cli("--model", "random-video")
+    assert done.returncode == 2 and "generate-video" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_threads_and_device_are_options_and_checked():
+    assert "--threads" in cli("--help").stdout and "--device" in cli("--help").stdout
+    done = cli("--threads", "100000")
+    assert done.returncode == 2 and "threads" in done.stderr and "Traceback" not in done.stderr

@@ -120,13 +120,6 @@ def test_a_full_queue_answers_429_with_retry_after():
     assert int(headers["Retry-After"]) >= 1 and "queue is full" in response["error"]["message"]
 
 
-def test_more_images_than_the_queue_holds_is_a_bad_request():
-    """n above --max-queue never fits: 400 naming n, not a 429 to retry forever."""
-    with serving(max_batch=1, max_queue=1) as base:
-        status, response, headers = call(f"{base}/v1/images/generations", {"prompt": "sun", "n": 2})
-    assert status == 400 and response["error"]["param"] == "n" and "Retry-After" not in headers
-
-
 def test_a_clip_model_is_refused_with_a_clear_message():
     from jacobigen.core.errors import ConfigError
     from jacobigen.serve.app import Settings, create_app

@@ -38,7 +38,7 @@ def test_tree_compression_reports_a_row_per_variant_and_window():
     assert len(rows) == 2 and all("x |" in r for r in rows)
 
 
-@pytest.mark.parametrize("script", ["lossy.py", "profile/profile_step.py"])
+@pytest.mark.parametrize("script", ["lossy.py", "profile/profile_step.py", "auto/default_vs_ar.py"])
 def test_script_starts(script):
     proc = subprocess.run([sys.executable, str(BENCH / script), "--help"], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr

@@ -1,0 +1,95 @@
+#!/usr/bin/env python
+"""`jacobigen generate` with no --method against `--method ar`, as a user runs them (issue 50).
+
+    python benchmarks/auto/default_vs_ar.py --threads 1,2 --runs 3 --out benchmarks/auto
+
+Per thread count, from an empty calibration cache: one first run of the default (it calibrates),
+then ``--runs`` rounds of the default and `ar` interleaved, each a fresh `jacobigen generate`
+process on the same prompt and seed. It reports the median seconds per image of each (the decode,
+from --stats), their ratio, what the first run cost beyond a later one (whole process), and how
+far auto's prediction at the first run was from the ratio measured here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from jacobigen.models import load_bundle
+from jacobigen.tools.bench_report import md_table
+from jacobigen.tools.threads import environment, loadavg
+
+
+def generate(args: list[str], cache: Path, work: Path) -> tuple[float, dict]:
+    """(seconds the whole process took, its --stats record)."""
+    stats = work / "stats.json"
+    start = time.perf_counter()
+    subprocess.run(
+        [sys.executable, "-m", "jacobigen.cli", "generate", *args, "--out", str(work / "x.png"), "--stats", str(stats),
+         "--no-progress", "--force"],
+        check=True, capture_output=True, text=True, env={**os.environ, "JACOBIGEN_CACHE": str(cache)},
+    )  # fmt: skip
+    return time.perf_counter() - start, json.loads(stats.read_text())
+
+
+def measure(threads: int, runs: int, prompt: str, seed: int) -> dict:
+    common = [prompt, "--seed", str(seed), "--threads", str(threads)]
+    with tempfile.TemporaryDirectory() as tmp:
+        cache, work = Path(tmp) / "cache", Path(tmp)
+        first_total, first = generate(common, cache, work)
+        auto, ar = [], []
+        for _ in range(runs):
+            auto.append(generate(common, cache, work))
+            ar.append(generate([*common, "--method", "ar"], cache, work))
+    auto_s = statistics.median(s["wall_time"] for _, s in auto)
+    ar_s = statistics.median(s["wall_time"] for _, s in ar)
+    predicted = first["auto"]["predicted_speedup"]
+    return {
+        "threads": threads,
+        "first": {"method": first["method"], "window": first["window"], "predicted_speedup": predicted,
+                  "reason": first["auto"]["reason"], "seconds_per_image": first["wall_time"],
+                  "process_seconds": first_total},
+        "chosen": sorted({f"{s['method']}@{s['window']}" for _, s in auto}),
+        "default_seconds": [s["wall_time"] for _, s in auto],
+        "ar_seconds": [s["wall_time"] for _, s in ar],
+        "speed_vs_ar": ar_s / auto_s,
+        "first_run_extra_seconds": first_total - statistics.median(t for t, _ in auto),
+        "prediction_error": predicted / (ar_s / auto_s) - 1,
+    }  # fmt: skip
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--threads", default="1,2")
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--prompt", default="red heart")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out", type=Path, default=Path("benchmarks/auto"))
+    args = ap.parse_args()
+    meta = environment(load_bundle("default").model, "default")  # the commit, machine and load
+    rows = [measure(int(t), args.runs, args.prompt, args.seed) for t in args.threads.split(",")]
+    result = {**meta, "prompt": args.prompt, "seed": args.seed, "runs": args.runs, "rows": rows,
+              "loadavg_after": loadavg()}  # fmt: skip
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "default_vs_ar.json").write_text(json.dumps(result, indent=2))
+    table = md_table(
+        ["threads", "first run chose", "predicted vs ar", "measured vs ar (median)", "prediction off by",
+         "first run beyond a later one"],
+        [[str(r["threads"]), f"{r['first']['method']} @ {r['first']['window']}",
+          f"{r['first']['predicted_speedup']:.2f}x", f"{r['speed_vs_ar']:.2f}x", f"{r['prediction_error']:+.0%}",
+          f"{r['first_run_extra_seconds']:.1f} s"] for r in rows],
+    )  # fmt: skip
+    (args.out / "default_vs_ar.md").write_text(table)
+    print(table)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
