@@ -3,7 +3,7 @@ status and for HEAD; a client that leaves, streamed or not, cancels its decoding
 a half-sent body or bad input leaves no traceback in the log; the API key covers /openapi.json and
 /docs is off; 401s are counted; the log says how the window policy was chosen; SIGTERM drains with
 503s and a "draining" health check while the requests in flight finish; n above the queue is a 400,
-not a 429 to retry forever; a clip model and a bad --threads are refused in one line."""
+not a 429 to retry forever; a clip model, a bad --threads and int4 off CUDA are refused in one line."""
 
 from __future__ import annotations
 
@@ -410,6 +410,11 @@ def cli(*args: str) -> subprocess.CompletedProcess:
 def test_a_clip_model_exits_2_with_one_line():
     done = cli("--model", "random-video")
     assert done.returncode == 2 and "generate-video" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_int4_off_cuda_exits_2_naming_int8():
+    done = cli("--quantize", "int4", "--device", "cpu")
+    assert done.returncode == 2 and "--quantize int8" in done.stderr and "Traceback" not in done.stderr
 
 
 def test_threads_and_device_are_options_and_checked():

@@ -8,7 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from .live import call, check_offline, metric, serving
+from .live import call, check_offline, metric, running, serving
 
 REQUESTS = [  # one group (method, window, sampling): they share a batch
     {"prompt": "red heart", "seed": 1, "method": "scd-mc", "window": 16},
@@ -118,6 +118,19 @@ def test_a_full_queue_answers_429_with_retry_after():
     assert full and sorted(status for status, _, _ in answers).count(200) >= 1
     response, headers = full[0]
     assert int(headers["Retry-After"]) >= 1 and "queue is full" in response["error"]["message"]
+
+
+def test_quantized_weights_are_served():
+    pytest.importorskip("torchao")
+    from jacobigen.core.quantize import quantized_as
+    from jacobigen.serve.app import Settings, create_app
+    from jacobigen.serve.server import load
+
+    bundle = load("random", Settings(threads=1, quantize="int8"))
+    assert quantized_as(bundle.model) == "int8"
+    with running(create_app(bundle, Settings())) as base:
+        status, response, _ = call(f"{base}/v1/images/generations", {"prompt": "sun", "method": "ar"})
+    assert status == 200 and response["data"][0]["stats"]["forwards"] > 0
 
 
 def test_a_clip_model_is_refused_with_a_clear_message():

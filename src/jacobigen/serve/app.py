@@ -53,6 +53,7 @@ class Settings:
     deterministic: bool = False  # row-invariant kernels: each image bit-identical to its offline generate
     device: str | None = None  # where the model loads (None: CUDA when available)
     threads: int | None = None  # torch threads (None: as `jacobigen generate` chooses them)
+    quantize: str | None = None  # int8 / int4 linear weights (torchao), None: the model's dtype
 
 
 def error(status: int, message: str, param: str | None = None, headers: dict | None = None) -> JSONResponse:

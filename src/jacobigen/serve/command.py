@@ -62,6 +62,13 @@ def _need(modules: list[str], install: str) -> None:
     help="Torch CPU threads, as for generate (default: 1 for a model under 50M parameters on the CPU).",
 )
 @click.option(
+    "--quantize",
+    type=click.Choice(["int8", "int4"]),
+    default=None,
+    help="Quantize the model's linear weights, as for generate (torchao; int4 on CUDA only). The images "
+    "then follow the quantized model's distribution.",
+)
+@click.option(
     "--deterministic",
     is_flag=True,
     help="Each image bit-identical to `jacobigen generate --deterministic`'s, whatever it shares a batch with "
@@ -80,6 +87,7 @@ def serve(
     calibrate,
     device,
     threads,
+    quantize,
     deterministic,
     use_ray,
     replicas,
@@ -91,6 +99,11 @@ def serve(
     if replicas is not None and not use_ray:
         raise click.UsageError("--replicas needs --ray")
     _need(["fastapi", "uvicorn", "prometheus_client"], "'jacobigen[serve]'")
+    if quantize:
+        from ..core.quantize import check_mode
+        from ..models.load import resolve_device
+
+        check_mode(quantize, resolve_device(device))  # int4 off CUDA, or no torchao: before any weight loads
     from .app import Settings
 
     settings = Settings(
@@ -102,6 +115,7 @@ def serve(
         deterministic=deterministic,
         device=device,
         threads=threads,
+        quantize=quantize,
     )
     if use_ray:
         _need(["ray.serve"], "'ray[serve]'")

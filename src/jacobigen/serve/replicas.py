@@ -19,7 +19,7 @@ class Replica:
         self.model_spec, self.settings = model_spec, settings
 
     def __serve_build_asgi_app__(self):
-        return create_app(load(self.model_spec, self.settings.device, self.settings.threads), self.settings)
+        return create_app(load(self.model_spec, self.settings), self.settings)
 
 
 def application(model_spec: str, settings: Settings, replicas: int):

@@ -16,11 +16,15 @@ log = logging.getLogger("uvicorn.error")
 DRAIN_POLL = 0.1  # seconds between checks that the drain is done
 
 
-def load(model_spec: str, device: str | None = None, threads: int | None = None):
-    """The bundle to serve on ``device`` (None: CUDA when available), with torch's threads chosen
-    for it as ``jacobigen generate`` chooses them (``threads``: that many)."""
-    bundle = load_bundle(model_spec, device)
-    choose_threads(bundle.model, threads)
+def load(model_spec: str, settings: Settings | None = None):
+    """The bundle to serve on ``settings.device`` (None: CUDA when available), with torch's threads
+    chosen for it as ``jacobigen generate`` chooses them (``settings.threads``: that many) and its
+    linear weights quantized as ``settings.quantize`` says (None: as stored)."""
+    settings = settings or Settings()
+    bundle = load_bundle(model_spec, settings.device, quantize=settings.quantize)
+    if settings.quantize:
+        log.info("weights: %s (images follow the quantized model's distribution)", settings.quantize)
+    choose_threads(bundle.model, settings.threads)
     return bundle
 
 
@@ -59,5 +63,5 @@ class DrainingServer(uvicorn.Server):
 def run_server(model_spec: str, settings: Settings, host: str, port: int) -> None:
     # the config first: it sets up uvicorn's logging, so that what loading and calibrating log shows
     config = uvicorn.Config(None, host=host, port=port, timeout_graceful_shutdown=int(settings.grace) + 5)  # type: ignore[arg-type]
-    config.app = create_app(load(model_spec, settings.device, settings.threads), settings)
+    config.app = create_app(load(model_spec, settings), settings)
     DrainingServer(config, config.app.state.scheduler, settings.grace).run()
