@@ -172,6 +172,17 @@ def test_dry_run_prints_the_plan_and_loads_nothing(tmp_path):
     assert not (tmp_path / "x.png").exists()
 
 
+def test_a_clip_is_planned_before_loading(tmp_path):
+    out = tmp_path / "x.gif"
+    res = run("generate-video", "sun", "--device", "cpu", "--out", str(out), memory_limit="1MiB")
+    assert res.returncode == 2 and "does not fit on cpu" in res.stderr and "Traceback" not in res.stderr
+    assert not out.exists()
+    res = CliRunner(env={"JACOBIGEN_DEVICE_MEMORY": "2GiB"}).invoke(
+        main, ["generate-video", "sun", "--dry-run", "--out", str(out)]
+    )
+    assert res.exit_code == 0 and "memory plan: emoji-video on" in res.output and not out.exists()
+
+
 def test_plan_command_prints_the_table_of_shapes():
     res = CliRunner().invoke(main, ["plan", "--shape", "all", "--table", "--device", "cuda"])
     assert res.exit_code == 0, res.output

@@ -49,7 +49,15 @@ MAX_SIZE = 4096  # --size, pixels per clip
     help="Also write OUT's stem + .trace.png: which iteration committed each token, a clip's frames side by side.",
 )
 @click.option("--force", is_flag=True, help="Replace a read-only --out or --stats file (refused otherwise).")
-def generate_video(prompts, model: ModelChoice, decoding: Decoding, frames, num_clips, out, size, fps, trace, force):
+@click.option(
+    "--dry-run",
+    is_flag=True,
+    help="Print the memory plan (weights at their dtype or --quantize, KV cache, buffers, activations, against "
+    "the free memory) and exit without loading weights.",
+)
+def generate_video(
+    prompts, model: ModelChoice, decoding: Decoding, frames, num_clips, out, size, fps, trace, force, dry_run
+):
     """Generate clips for PROMPTS with any method and report how many forward passes it took."""
     n = len(prompts) * num_clips
     if n > MAX_CLIPS:
@@ -62,6 +70,9 @@ def generate_video(prompts, model: ModelChoice, decoding: Decoding, frames, num_
     check_outputs(out, decoding.stats_path, trace, force)
     seeds = decoding.seeds(n)
     decoding.check_method()
+    model.check_memory(decoding, n, dry_run)  # before any weight loads
+    if dry_run:
+        return
     bundle = model.load().with_frames(frames)
     texts = [p for p in prompts for _ in range(num_clips)]
     gen, clips = bundle.generate(texts, **decoding.generate_kwargs(seed=seeds))
