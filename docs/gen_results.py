@@ -12,6 +12,7 @@ README.md's table between ``<!-- headline:start -->`` and ``<!-- headline:end --
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 import sys
@@ -74,13 +75,19 @@ def compression_48() -> dict[tuple[str, int], str]:
     return out
 
 
+def images(rel: str) -> int:
+    """Images per row of a bench: prompts x seeds."""
+    d = load(rel)
+    return len(d["prompts"]) * d["seeds"]
+
+
 def tree() -> str:
     one, two = rows_by_key("tree/threads-1/bench.json"), rows_by_key("tree/threads-2/bench.json")
     many = compression_48()
     cols = [
         "method",
         "window (block)",
-        "step compression, 6 images",
+        f"step compression, {images('tree/threads-1/bench.json')} images",
         "step compression, 48 images",
         "latency, 1 thread",
         "latency, 2 threads",
@@ -172,39 +179,18 @@ def throughput(folder: str = "throughput") -> str:
     return throughput_table(load(f"{folder}/throughput.json")["rows"])
 
 
-def video() -> str:
-    runs = [("w16-32", "1"), ("w64-128", "1"), ("threads-2", "2")]
-    cols = ["method", "window", "threads", "forwards per clip", "step compression", "latency vs plain-AR loop"]
-    cells = []
-    for rel, threads in runs:
-        d = load(f"video-emoji/{rel}/bench.json")
-        for r in d["rows"]:
-            if r["method"] in BASELINES:
-                continue
-            cells.append(
-                [r["method"], window(r), threads, f"{r['nfe']:.1f}", x(r["step_compression"]), x(r["latency_speedup"])]
-            )
-    plain = [load(f"video-emoji/{rel}/bench.json")["baseline"]["wall_seconds"] for rel, _ in runs]
-    return (
-        md_table(cols, cells)
-        + f"\nThe plain loop took {plain[0]:.1f} s and {plain[1]:.1f} s per clip on one thread (the two runs), "
-        f"{plain[2]:.1f} s on two.\n"
-    )
-
-
 def sampling(d: dict) -> str:
     """A bench's sampling as its command-line options (only those that filter or scale)."""
     s = d["sampling"]
     return ", ".join(f"{k.replace('_', '-')} {s[k]}" for k in ("top_k", "top_p") if s.get(k) is not None) or "all ids"
 
 
-VIDEO_RUNS = ("first", "still", "still-top-p")  # benchmarks/video-emoji/NAME: model (models.json key), sampling
+VIDEO_RUNS = ("still", "still-top-p")  # benchmarks/video-emoji/NAME: model (models.json key), sampling
 
 
 def video_models() -> str:
-    """The first clip model beside the one trained on still-style clips: what their data repeats
-    from frame to frame, and what each method makes of it under each sampling
-    (`benchmarks/video-emoji/{first,still,still-top-p}`)."""
+    """The shipped clip model: what its training data repeats from frame to frame, and what each
+    method makes of it under each sampling (`benchmarks/video-emoji/{still,still-top-p}`)."""
     models = load("video-emoji/models.json")
     cols = [
         "model",
@@ -359,6 +345,14 @@ def profile(folder: str = "profile") -> str:
     return md_table(cols, cells)
 
 
+def auto_default() -> str:
+    """`generate` with no --method against --method ar, as a user runs them (benchmarks/auto/default_vs_ar.py)."""
+    spec = importlib.util.spec_from_file_location("default_vs_ar", BENCH / "auto" / "default_vs_ar.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    return script.report(load("auto/default_vs_ar.json")["rows"])
+
+
 def auto_choice(threads: int) -> str:
     """`jacobigen bench --methods auto,...` on the embedded model: auto's row beside the fixed ones."""
     return table([Row.from_dict(r) for r in load(f"auto/threads-{threads}/bench.json")["rows"]])
@@ -373,46 +367,40 @@ TABLES = {
     "lossy": lossy,
     "throughput": throughput,
     "throughput-lean-step": lambda: throughput("lean-step"),
-    "video": video,
     "video-models": video_models,
     "h200-forward": h200_forward,
     "h200-lumina": h200_lumina,
     "h200-embedded": h200_embedded,
     "compiled-cpu": compiled_cpu,
+    "auto-default": auto_default,
     "profile": profile,
     "profile-lean-step": lambda: profile("profile/lean-step"),
 }
 
 
 def headline() -> str:
-    """README's one table: the lossless presets on the embedded model (2-core CPU) and on an H200."""
-    cpu = rows_by_key("tree/threads-1/bench.json")
-    cpu2 = rows_by_key("tree/threads-2/bench.json")
-    gpu = rows_by_key("gpu/h200/embedded/bench.json")
+    """README's one table: the lossless presets on the embedded model (2-core CPU, one and two threads)."""
+    one, two = rows_by_key("tree/threads-1/bench.json"), rows_by_key("tree/threads-2/bench.json")
     cols = [
         "method (lossless)",
         "window",
-        "CPU: step compression",
-        "CPU: latency, 1 thread",
-        "CPU: latency, 2 threads",
-        "H200: step compression",
-        "H200: latency",
+        "step compression",
+        "forwards per image",
+        "latency, 1 thread",
+        "latency, 2 threads",
     ]
-    cells = []
-    for method in ("scd-mc", "scd-gs", "sjd-pac"):
-        for w in (16, 32, 64):
-            r, g = cpu[(method, w)], gpu.get((method, w))
-            cells.append(
-                [
-                    f"`{method}`",
-                    str(w),
-                    x(r["step_compression"]),
-                    x(r["latency_speedup"]),
-                    x(cpu2[(method, w)]["latency_speedup"]),
-                    x(g["step_compression"]) if g else "-",
-                    x(g["latency_speedup"]) if g else "-",
-                ]
-            )
+    cells = [
+        [
+            f"`{method}`",
+            str(w),
+            x(one[(method, w)]["step_compression"]),
+            f"{one[(method, w)]['nfe']:.1f}",
+            x(one[(method, w)]["latency_speedup"]),
+            x(two[(method, w)]["latency_speedup"]),
+        ]
+        for method in ("scd-mc", "scd-gs", "sjd-pac")
+        for w in (16, 32, 64)
+    ]
     return md_table(cols, cells)
 
 

@@ -1,9 +1,15 @@
 """The documentation stays true to the repository: the results pages are what docs/gen_results.py
-makes from the committed benchmark JSON, README stays an entry point, and its links resolve."""
+makes from the committed benchmark JSON, that JSON ran from committed code no older than the last
+change of tokens the changes page names, README stays an entry point, and its links resolve."""
 
 import importlib.util
+import json
 import re
+import subprocess
+from collections.abc import Iterator
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 while not (ROOT / "pyproject.toml").exists():  # the test may sit in a subfolder of tests/
@@ -45,3 +51,92 @@ def test_readme_links_resolve():
     for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", readme):
         if "://" not in target:
             assert (ROOT / target).exists(), f"README links to {target}, which does not exist"
+
+
+# --- results that match the code --------------------------------------------------------------
+
+TOKEN_CHANGE = re.compile(r"\(commit `([0-9a-f]{7,40})`\)")
+
+
+def token_changes(page: str) -> list[str]:
+    """The commits that changed tokens for a seed: the changes page marks each as (commit `abc1234`)."""
+    return TOKEN_CHANGE.findall(page)
+
+
+def provenance(data) -> Iterator[dict]:
+    """Each record of a result file that names the commit it ran from (one per setting of a bench)."""
+    if isinstance(data, dict):
+        if "git_commit" in data:
+            yield data
+        for value in data.values():
+            yield from provenance(value)
+    elif isinstance(data, list):
+        for value in data:
+            yield from provenance(value)
+
+
+def descends(repo: Path, ancestor: str, commit: str) -> bool:
+    run = subprocess.run(
+        ["git", "-C", str(repo), "merge-base", "--is-ancestor", ancestor, commit], capture_output=True, text=True
+    )
+    if run.returncode > 1:
+        raise AssertionError(f"git cannot compare {ancestor} and {commit} (a shallow clone?): {run.stderr.strip()}")
+    return run.returncode == 0
+
+
+def stale_results(repo: Path, results: Path, changes: list[str]) -> list[str]:
+    """Why each result file under ``results`` may not describe the code: run from uncommitted or
+    unknown code, or from a commit before one of ``changes``."""
+    problems = []
+    for path in sorted(results.rglob("*.json")):
+        name = path.relative_to(results)
+        for record in provenance(json.loads(path.read_text())):
+            commit = record["git_commit"]
+            if commit is None:
+                problems.append(f"{name}: ran outside a git checkout, so its code is unknown")
+                continue
+            if record.get("git_dirty") is not False:
+                problems.append(f"{name}: ran from {commit[:7]} with uncommitted changes")
+            problems += [
+                f"{name}: ran from {commit[:7]}, before {c}, which changed tokens"
+                for c in changes
+                if not descends(repo, c, commit)
+            ]
+    return list(dict.fromkeys(problems))  # a bench's settings repeat its commit
+
+
+def test_the_changes_page_names_the_commits_that_changed_tokens():
+    changes = token_changes((ROOT / "docs" / "changes.md").read_text())
+    assert "80710e0" in changes, "the id-span targets (issue 49) changed tokens"
+    for commit in changes:
+        assert descends(ROOT, commit, "HEAD"), f"docs/changes.md names {commit}, which is not in this history"
+
+
+def test_committed_results_ran_from_the_code_they_describe():
+    if not (ROOT / ".git").exists():
+        pytest.fail("the results check needs the git history: run the tests from a clone")
+    changes = token_changes((ROOT / "docs" / "changes.md").read_text())
+    problems = stale_results(ROOT, ROOT / "benchmarks", changes)
+    assert not problems, "stale benchmark JSON (rerun its command, see benchmarks/README.md):\n" + "\n".join(problems)
+
+
+@pytest.mark.parametrize(
+    "record, complaint",
+    [
+        ({"git_commit": None, "git_dirty": None}, "outside a git checkout"),
+        ({"git_commit": "HEAD", "git_dirty": True}, "uncommitted changes"),
+        ({"git_commit": "80710e0^", "git_dirty": False}, "before 80710e0"),
+        ({"settings": {"threads-2": {"git_commit": "80710e0^", "git_dirty": False}}}, "before 80710e0"),
+    ],
+)
+def test_the_results_check_refuses_stale_json(record, complaint, tmp_path):
+    for r in provenance(record):
+        if r["git_commit"]:
+            r["git_commit"] = subprocess.run(
+                ["git", "-C", str(ROOT), "rev-parse", r["git_commit"]], capture_output=True, text=True, check=True
+            ).stdout.strip()
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "bench.json").write_text(json.dumps(record))
+    (tmp_path / "fresh.json").write_text(json.dumps({"git_commit": "HEAD", "git_dirty": False}))
+    problems = stale_results(ROOT, tmp_path, ["80710e0"])
+    assert len(problems) == 1 and problems[0].startswith("run/bench.json") and complaint in problems[0], problems

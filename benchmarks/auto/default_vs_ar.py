@@ -22,9 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from jacobigen.models import load_bundle
-from jacobigen.tools.bench_report import md_table
-from jacobigen.tools.threads import environment, loadavg
+from jacobigen.tools.bench_report import md_table  # torch-free: docs/gen_results.py renders report() too
 
 
 def generate(args: list[str], cache: Path, work: Path) -> tuple[float, dict]:
@@ -65,7 +63,21 @@ def measure(threads: int, runs: int, prompt: str, seed: int) -> dict:
     }  # fmt: skip
 
 
+def report(rows: list[dict]) -> str:
+    """The markdown table of :func:`measure`'s rows."""
+    return md_table(
+        ["threads", "first run chose", "predicted vs ar", "measured vs ar (median)", "prediction off by",
+         "first run beyond a later one"],
+        [[str(r["threads"]), f"{r['first']['method']} @ {r['first']['window']}",
+          f"{r['first']['predicted_speedup']:.2f}x", f"{r['speed_vs_ar']:.2f}x", f"{r['prediction_error']:+.0%}",
+          f"{r['first_run_extra_seconds']:.1f} s"] for r in rows],
+    )  # fmt: skip
+
+
 def main() -> int:
+    from jacobigen.models import load_bundle
+    from jacobigen.tools.threads import environment, loadavg
+
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--runs", type=int, default=3)
@@ -79,13 +91,7 @@ def main() -> int:
               "loadavg_after": loadavg()}  # fmt: skip
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "default_vs_ar.json").write_text(json.dumps(result, indent=2))
-    table = md_table(
-        ["threads", "first run chose", "predicted vs ar", "measured vs ar (median)", "prediction off by",
-         "first run beyond a later one"],
-        [[str(r["threads"]), f"{r['first']['method']} @ {r['first']['window']}",
-          f"{r['first']['predicted_speedup']:.2f}x", f"{r['speed_vs_ar']:.2f}x", f"{r['prediction_error']:+.0%}",
-          f"{r['first_run_extra_seconds']:.1f} s"] for r in rows],
-    )  # fmt: skip
+    table = report(rows)
     (args.out / "default_vs_ar.md").write_text(table)
     print(table)
     return 0
