@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 from jacobigen import ConfigError
 from jacobigen.cli import main
-from jacobigen.core.quantize import quantize_model, quantized_as, weight_bytes
+from jacobigen.core.quantize import check_mode, quantize_model, quantized_as, weight_bytes
 from jacobigen.models import load_bundle, memory
 from jacobigen.models.transformer import Transformer, TransformerConfig
 
@@ -49,6 +49,15 @@ def test_int4_off_cuda_and_unknown_modes_are_config_errors():
         load_bundle("random", "cpu", quantize="int2")
     res = CliRunner().invoke(main, ["generate", "red heart", "--quantize", "int4", "--device", "cpu"])
     assert res.exit_code == 2 and "int4 needs a CUDA device" in res.output and "Traceback" not in res.output
+
+
+def test_no_device_means_the_device_a_model_loads_on(monkeypatch):
+    """check_mode(mode, None) judges the default device, as load_bundle's device=None loads on it."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert check_mode("int4", None) == "int4"  # CUDA would be picked: int4 is fine there
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(ConfigError, match="int4 needs a CUDA device"):
+        check_mode("int4", None)
 
 
 def test_embedded_model_decodes_end_to_end_in_int8_and_records_it(tmp_path):

@@ -2,6 +2,7 @@
 `ar` unless a candidate is predicted MARGIN times as fast; every figure below is set by the test, so
 each expected choice and time is worked out by hand, not by the code under test."""
 
+import contextlib
 import json
 
 import pytest
@@ -143,3 +144,35 @@ def test_a_measured_choice_stays_unless_another_is_clearly_faster(machine, tmp_p
     assert (stays.method, stays.window, stays.seconds) == ("scd-mc", 8, 2.05) and stays.reason.startswith("measured")
     seed_record(cache, bundle, curve, kept, {f"scd-mc@8|{skey}": 2.2})  # 2.2 s > 1.1 x 1.9 s: replaced
     assert auto.choose(bundle, cache=cache).method == "sjd-pac"
+
+
+@contextlib.contextmanager
+def slots_asked(model, into: list):
+    """Records the slots per row of every cache ``model`` makes meanwhile."""
+    real = model.new_cache
+    model.new_cache = lambda rows, slots: into.append(slots) or real(rows, slots)
+    try:
+        yield
+    finally:
+        del model.new_cache
+
+
+def test_forwards_are_timed_in_the_cache_the_decode_allocates(machine, tmp_path, monkeypatch):
+    """Attention reads every cache slot: a block timed in a cache just long enough costs less than in
+    the decode's, so each size is timed at the slots a decode with that block allocates."""
+    bundle, cache, *_ = machine
+    write_table(tmp_path / "cache" / "steps", bundle, {"scd-mc@16": 50})
+    timed: list[int] = []
+    curve = auto.forward_cost_curve
+
+    def timing(model, *args):
+        with slots_asked(model, timed):
+            return curve(model, *args)
+
+    monkeypatch.setattr(auto, "forward_cost_curve", timing)
+    auto.choose(bundle, cache=cache)
+    for method, window in [("ar", None), ("scd-mc", 16)]:
+        decoded: list[int] = []
+        with slots_asked(bundle.model, decoded):
+            bundle.generate([bundle.example_prompts[0]], method=method, window=window)
+        assert max(decoded) in timed  # the decode's cache (the largest it makes)

@@ -11,6 +11,15 @@ from __future__ import annotations
 
 import torch
 
+CAPACITY_STEP = 64  # cache slots are allocated in steps of this many
+
+
+def cache_slots(prefix: int, length: int, slack: int) -> int:
+    """Cache slots per row for a ``prefix`` of prompt tokens (header included), an image of
+    ``length`` tokens and ``slack`` slots past it that a block may write into. Attention reads every
+    slot (masked or not), so a forward's cost follows this, not only the tokens before it."""
+    return -(-(prefix + length + slack) // CAPACITY_STEP) * CAPACITY_STEP
+
 
 class KVCache:
     STATE = ("keys", "values", "lengths", "_index", "_rows")  # what a step reads and replaces (decode.replay)

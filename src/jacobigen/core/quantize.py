@@ -23,6 +23,7 @@ import warnings
 import torch
 from torch import nn
 
+from ..core.contract import default_device
 from ..core.errors import ConfigError
 
 MODES = ("int8", "int4")
@@ -66,12 +67,13 @@ def torchao():
 
 def check_mode(mode: str | None, device: str | torch.device | None = None) -> str | None:
     """``mode`` checked against what this device can run (None: no quantization), before any
-    weight loads: an unknown mode, int4 off CUDA, or torchao missing is a ConfigError."""
+    weight loads: an unknown mode, int4 off CUDA, or torchao missing is a ConfigError. ``device``
+    None is the device a model loads on when none is named (CUDA when available)."""
     if mode is None:
         return None
     if mode not in MODES:
         raise ConfigError(f"quantize must be one of {', '.join(MODES)} (or None), got {mode!r}")
-    kind = torch.device(device).type if device is not None else "cpu"
+    kind = torch.device(device if device is not None else default_device()).type
     if mode == "int4" and kind != "cuda":
         raise ConfigError(
             f"--quantize int4 needs a CUDA device: torchao's int4 weight-only kernel (group size {INT4_GROUP}, "

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ..core.cache import cache_slots
 from ..core.errors import ConfigError
 from ..core.limits import batch_that_fits
 from ..core.stats import DecodeStats
@@ -27,7 +28,6 @@ from .engine import Engine, Flight, model_rows
 
 # cache slots per row come in steps of this many, so that prompts of similar lengths share the
 # shapes of every tensor the step sees (a compiled step compiles once for all of them)
-CAPACITY_STEP = 64
 
 
 @dataclass(frozen=True)
@@ -116,8 +116,7 @@ def capacity(engine: Engine, longest: int) -> int:
     attention's rounding depends on how many (masked) slots it reads."""
     if engine.deterministic:
         longest = engine.model.max_seq_len - engine.layout.length
-    need = longest + engine.layout.length + engine.schedule.block_slack
-    return -(-need // CAPACITY_STEP) * CAPACITY_STEP
+    return cache_slots(longest, engine.layout.length, engine.schedule.block_slack)
 
 
 def decode(

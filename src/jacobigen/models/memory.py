@@ -28,10 +28,10 @@ from pathlib import Path
 
 import torch
 
+from ..core.cache import cache_slots
 from ..core.errors import ConfigError
 from ..core.limits import BUDGET, PER_SLOT, free_memory, size
 
-CAPACITY_STEP = 64  # decode.batching's cache slot rounding
 PROMPT_TOKENS = 64  # a text prompt's tokens when no prompt is given (the families' templates hold 20-40)
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
@@ -227,8 +227,7 @@ def plan(
     guided = shape.cfg if cfg is None else cfg
     rows = batch * (2 if guided else 1)
     p = shape.prompt_tokens if prompt is None else prompt
-    need = p + shape.image_tokens + window
-    capacity = -(-need // CAPACITY_STEP) * CAPACITY_STEP
+    capacity = cache_slots(p, shape.image_tokens, window)
     cache = 2 * shape.n_layers * shape.kv_heads * shape.head_dim * capacity * rows * b
     buffers = batch * PER_SLOT * (window + 1) * shape.logits * 4
     block = max(window, p)

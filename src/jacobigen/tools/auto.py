@@ -11,8 +11,10 @@ choice splits what depends on the model from what depends on the machine:
   weights (:mod:`jacobigen.tools.steps`; ``jacobigen bench --steps`` writes one for any checkpoint);
 - **what a forward costs here** is measured in a few forwards: one forward per candidate block
   size with the sampling's rows (2 for a guided sequence) after the image's real context (the
-  prompt plus half the image, rounded up to 64 tokens), and the bookkeeping per iteration (wall
-  time outside the forward) from a few iterations of each candidate on the real prompt.
+  prompt plus half the image, rounded up to 64 tokens) in a cache of the slots the decode will
+  allocate (attention reads them all, so a forward of 8 tokens costs up to 15% more in the decode's
+  cache than in one just long enough), and the bookkeeping per iteration (wall time outside the
+  forward) from a few iterations of each candidate on the real prompt.
 
 The predicted seconds per image of a candidate are ``NFE x (cost(block) + bookkeeping)``. ``ar``
 runs unless a candidate is predicted at least ``MARGIN`` (1.1) times as fast: a smaller gain is
@@ -31,10 +33,12 @@ import statistics
 import time
 import warnings
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 import torch
 
+from ..core.cache import cache_slots
 from ..core.checks import SAMPLING_KEYS
 from ..core.contract import model_device
 from ..core.errors import ConfigError
@@ -289,6 +293,7 @@ class _Costs:
         self.model, self.layout, self.rows, self.latents = model, layout, rows, latents
         self.config = SamplingConfig(**{k: v for k, v in sampling.items() if v is not None})
         self.context = context_for(model, layout, rows)
+        self.prefix = len(rows[0]) + len(layout.header)
         self.curve = {int(k): v for k, v in record["curve"].items()}
         self.bookkeeping = dict(record["bookkeeping"])
         self.remembered = dict(record["measured"])
@@ -299,7 +304,8 @@ class _Costs:
         missing = sorted(set(sizes) - set(self.curve))
         if missing:
             rows = 2 if self.config.guided else 1
-            self.curve.update(forward_cost_curve(self.model, missing, self.context, COST_REPS, rows))
+            slots = partial(cache_slots, self.prefix, self.layout.length)  # the decode's cache, per block size
+            self.curve.update(forward_cost_curve(self.model, missing, self.context, COST_REPS, rows, slots))
             self.measured = True
         return interpolate(self.curve, sizes[0])
 

@@ -32,7 +32,7 @@ from .files import FILE_KINDS
 from .steps import parse_json, positive, read_bounded
 
 FORMAT = "jacobigen-calibration"
-VERSION = 2  # of the records: a change of what a record holds starts them afresh
+VERSION = 3  # of the records: a change of what a record holds starts them afresh (3: curves in the decode's cache)
 MAX_BYTES = 1 << 20
 MAX_RECORDS = 32
 MAX_ENTRIES = 64  # per field of a record

@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 import statistics
 import time
+from collections.abc import Callable
 
 import torch
 
@@ -17,27 +18,38 @@ from ..core.contract import model_device, sync
 from ..core.masks import block_mask, causal
 
 
-def forward_cost_curve(model, sizes: list[int], context: int = 64, reps: int = 5, rows: int = 1) -> dict[int, float]:
+def forward_cost_curve(
+    model,
+    sizes: list[int],
+    context: int = 64,
+    reps: int = 5,
+    rows: int = 1,
+    slots: Callable[[int], int] | None = None,
+) -> dict[int, float]:
     """Median seconds of one forward over a block of each size after ``context`` cached tokens, for
-    ``rows`` model rows (2 for a guided sequence: its cond/uncond pair). The sizes are timed in
-    rounds, one forward of each per round after an untimed round, so that a burst of load on a
-    shared machine (or a cold start) hits every size alike instead of one."""
+    ``rows`` model rows (2 for a guided sequence: its cond/uncond pair), in a cache of
+    ``slots(size)`` slots per row (default: just enough): attention reads every slot, so a decode's
+    forward costs what its whole cache makes it cost. Each timed forward follows an untimed one of
+    its size, as in a decode (after a larger block a single-token forward runs up to 20% slower). The
+    sizes are timed in ``reps`` rounds, one of each per round, so that a burst of load on a shared
+    machine (or a cold start) hits every size alike instead of one."""
     device = model_device(model)
     times: dict[int, list[float]] = {size: [] for size in sizes}
-    for _ in range(reps + 1):  # the first round warms up
+    for _ in range(reps):
         for size in sizes:
-            cache = model.new_cache(rows, context + size)
-            cache.lengths += context
+            cache = model.new_cache(rows, max(slots(size) if slots else 0, context + size))
             tokens = torch.zeros(rows, size, dtype=torch.int64, device=device)
             positions = torch.arange(context, context + size, device=device).expand(rows, -1)
+            cache.lengths += context
             mask = block_mask(cache.lengths, cache.capacity, causal(size, device))
-            sync(device)
-            t0 = time.perf_counter()
             with torch.inference_mode():
+                model(tokens, positions, mask, cache)  # untimed: it writes the block and commits nothing
+                sync(device)
+                t0 = time.perf_counter()
                 model(tokens, positions, mask, cache)
-            sync(device)
+                sync(device)
             times[size].append(time.perf_counter() - t0)
-    return {size: statistics.median(t[1:]) for size, t in times.items()}
+    return {size: statistics.median(t) for size, t in times.items()}
 
 
 def interpolate(curve: dict[int, float], size: int) -> float:
