@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """`jacobigen generate` with no --method against `--method ar`, as a user runs them (issue 50).
 
-    python benchmarks/auto/default_vs_ar.py --threads 1,2 --runs 3 --out benchmarks/auto
+    python benchmarks/auto/default_vs_ar.py --threads 1,2 --runs 5 --out benchmarks/auto
 
 Per thread count, from an empty calibration cache: one first run of the default (it calibrates),
 then ``--runs`` rounds of the default and `ar` interleaved, each a fresh `jacobigen generate`
@@ -87,7 +87,7 @@ def main() -> int:
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--threads", default="1,2")
-    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--prompt", default="red heart")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=Path, default=Path("benchmarks/auto"))
