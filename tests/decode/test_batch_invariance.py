@@ -1,6 +1,6 @@
 """With ``deterministic=True`` a batch never changes a sequence (issues 39, 49): in float32, sampled
-(no greedy shortcut), every preset gives each sequence the same tokens alone, in one batch, and one
-at a time with refill, on the random model, and a preset of each kind of part on the shipped model
+(no greedy shortcut), presets that together combine every pair of parts (tests/helpers/presets.py) give each sequence
+the same tokens alone, in one batch, and one at a time with refill, on the random model, and a preset of each kind of part on the shipped model
 (PJD's there one row at a time only: see the test). The batch shares each forward, run on
 row-invariant kernels (:mod:`jacobigen.core.invariant`); two mutants, a forward and a linear kernel whose rows depend on
 the row count, are shown to fail the same check."""
@@ -14,9 +14,10 @@ from jacobigen import METHODS, generate
 from jacobigen.core import invariant
 from jacobigen.models import load_bundle
 from tests.helpers.models import LAYOUT, PROMPT, UNCOND, random_model
+from tests.helpers.presets import covering
 
 FAST = ["scd-gs"]
-SLOW = [m for m in METHODS if m not in FAST]
+SLOW = covering([m for m in METHODS if m not in FAST])
 # prompts of different lengths: different prefill widths and cache capacities alone and batched
 PROMPTS = [PROMPT, PROMPT + [11, 12, 13, 14, 15, 16, 17], PROMPT[:2], PROMPT + [5]]
 TEXTS = ["sun", "red heart", "a blue fish in the sea", "green tree"]
@@ -73,11 +74,11 @@ def test_shipped_model_alone_equals_batched():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("method", SLOW)
-def test_every_preset_alone_equals_batched_on_the_random_model(method):
+def test_presets_of_every_pair_of_parts_alone_equal_batched_on_the_random_model(method):
     check(random_runs, method)
 
 
-# on the shipped model, one preset per kind of part (every preset runs on the random model above):
+# on the shipped model, one preset per kind of part (every pair of parts runs on the random model above):
 # plain AR, the proactive tree, the verification prior, a relaxed verifier (lantern+vp first caught
 # attention rounding by cache length), PJD's rows (below); scd-mc with refill above
 SHIPPED = ["ar", "sjd-pac", "sjd-vp", "lantern+vp", "gsd"]

@@ -14,9 +14,11 @@ from jacobigen.decode.capture import Graphed, compile_counts
 from jacobigen.models import random_bundle
 from jacobigen.tools.bench import run_compiled_bench
 from tests.helpers.models import LAYOUT, PROMPT, UNCOND, random_model
+from tests.helpers.presets import covering
 
 FAST = ["ar", "scd-mc"]  # the chain and coupling; the tree and PJD's rows (seconds each) run in the slow tier
-SLOW = [m for m in METHODS if m not in FAST] + ["sjd-pac[tree_budget=full]", "scd-gs+copy"]  # and the rest
+# and presets that meet every pair of parts (tests/helpers/presets.py), the full tree and the frame copy
+SLOW = covering([m for m in METHODS if m not in FAST]) + ["sjd-pac[tree_budget=full]", "scd-gs+copy"]
 
 
 def _run(model, method: str, seed, compile=False, **kw):
@@ -53,7 +55,7 @@ def test_compiled_step_is_one_graph_with_eager_tokens(method):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("method", SLOW)
-def test_every_preset_compiles_to_one_graph(method):
+def test_presets_of_every_pair_of_parts_compile_to_one_graph(method):
     check_compiled(method)
 
 

@@ -1,6 +1,7 @@
 """The step replayed from a recorded graph (docs/DESIGN.md §7), on the CPU through OpReplay, the
 CUDA graph's stand-in: ATen ops replayed on the tensors they were recorded with, no Python of ours.
-Every preset gives eager's tokens with rows refilled and compacted; a step that keeps Python state
+Presets that together combine every pair of parts (tests/helpers/presets.py) give eager's tokens
+with rows refilled and compacted; a step that keeps Python state
 or reads the device is refused while recording; without the copy-back the tokens go wrong."""
 
 from contextlib import nullcontext
@@ -14,9 +15,10 @@ from jacobigen.decode import replay
 from jacobigen.decode.replay import OpReplay, Record
 from tests.decode.test_capture import _run
 from tests.helpers.models import random_model
+from tests.helpers.presets import covering
 
-FAST = ["ar"]  # the fast tier replays the plain chain; every other preset replays in the slow tier
-SLOW = [m for m in METHODS if m not in FAST]
+FAST = ["ar"]  # the fast tier replays the plain chain; the slow tier presets that meet every pair of parts
+SLOW = covering([m for m in METHODS if m not in FAST])
 
 
 @pytest.fixture
@@ -60,7 +62,7 @@ def test_replayed_step_gives_eager_tokens(method, counts):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("method", SLOW)
-def test_every_preset_replays(method, counts):
+def test_presets_of_every_pair_of_parts_replay(method, counts):
     check_replayed(method, counts)
 
 
