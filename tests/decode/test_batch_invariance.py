@@ -1,8 +1,9 @@
 """With ``deterministic=True`` a batch never changes a sequence (issues 39, 49): in float32, sampled
-(no greedy shortcut), presets that together combine every pair of parts (tests/helpers/presets.py) give each sequence
-the same tokens alone, in one batch, and one at a time with refill, on the random model, and a preset of each kind of part on the shipped model
-(PJD's there one row at a time only: see the test). The batch shares each forward, run on
-row-invariant kernels (:mod:`jacobigen.core.invariant`); two mutants, a forward and a linear kernel whose rows depend on
+(no greedy shortcut), presets that together combine every pair of parts (tests/helpers/presets.py)
+give each sequence the same tokens alone, in one batch, and one at a time with refill, on the random
+model, and a preset of each kind of part on the shipped model (PJD's there one row at a time only:
+see the test). The batch shares each forward, run on row-invariant kernels
+(:mod:`jacobigen.core.invariant`); two mutants, a forward and a linear kernel whose rows depend on
 the row count, are shown to fail the same check."""
 
 from functools import cache
