@@ -12,4 +12,3 @@ def test_the_cover_runs_every_part_and_pair_in_fewer_presets():
     assert parts == {p.name for m in METHODS.values() for p in m.parts}
     assert {"pjd", "pac", "vp", "gsd", "lantern", "scd-gs", "scd-mc"} <= parts
     assert len(cover) < len(names)
-
