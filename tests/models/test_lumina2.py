@@ -17,7 +17,6 @@ from jacobigen.models.families import lumina2 as L
 from jacobigen.models.movqgan import MoVQConfig, config_from_state, load_movqgan
 from tests.helpers import family_models as fm
 from tests.helpers import lumina2_models as lm
-from tests.helpers.presets import covering
 
 pytest.importorskip("transformers")
 
@@ -230,11 +229,11 @@ def ar_image(bundle):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("method", ["ar", *covering(LOSSLESS)])
+@pytest.mark.parametrize("method", ["ar", "scd-mc+pac+vp"])
 def test_lossless_presets_write_the_ar_image_from_the_command_line(release, ar_image, tmp_path, method):
-    """`jacobigen generate --model lumina2:DIR` to a PNG with `ar` and lossless presets that meet every
-    pair of parts (every preset's exactness on this layout: below); at top-k 1 each must give plain
-    AR's image (the family's other defaults: cfg 4, temperature 1)."""
+    """`jacobigen generate --model lumina2:DIR` to a PNG with `ar` and the lossless preset of the most
+    parts (every preset's exactness on this layout: below); at top-k 1 each must give plain AR's
+    image (the family's other defaults: cfg 4, temperature 1)."""
     out = tmp_path / f"{method}.png"
     window = [] if method == "ar" else ["--window", "8"]  # ar refuses a window
     args = ["generate", "--model", f"lumina2:{release[0]}?size=256", TEXT, "--method", method, *window]
