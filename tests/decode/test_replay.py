@@ -1,8 +1,8 @@
 """The step replayed from a recorded graph (docs/DESIGN.md §7), on the CPU through OpReplay, the
 CUDA graph's stand-in: ATen ops replayed on the tensors they were recorded with, no Python of ours.
 Presets that together combine every pair of parts (tests/helpers/presets.py) give eager's tokens
-with rows refilled and compacted; a step that keeps Python state
-or reads the device is refused while recording; without the copy-back the tokens go wrong."""
+with rows refilled and compacted; a step that keeps Python state or reads the device is refused
+while recording; without the copy-back the tokens go wrong."""
 
 from contextlib import nullcontext
 

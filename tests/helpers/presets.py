@@ -24,10 +24,11 @@ def part_pairs(name: str) -> set[frozenset]:
 def covering(names: list[str]) -> list[str]:
     """A few of ``names`` that together run every part and combine every pair of parts any of them
     does, in ``names``' order: greedily the preset that adds the most pairs not yet run (ties: the first)."""
-    left = set().union(*(part_pairs(n) for n in names))
-    chosen: list[str] = []
+    pairs = {n: part_pairs(n) for n in names}
+    left = set().union(*pairs.values())
+    chosen: set[str] = set()
     while left:
-        best = max(names, key=lambda n: len(part_pairs(n) & left))
-        chosen.append(best)
-        left -= part_pairs(best)
+        best = max(names, key=lambda n: len(pairs[n] & left))
+        chosen.add(best)
+        left -= pairs[best]
     return [n for n in names if n in chosen]

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import torch
 
-CAPACITY_STEP = 64  # cache slots are allocated in steps of this many
+# cache slots per row come in steps of this many, so that prompts of similar lengths share the
+# shapes of every tensor the step sees (a compiled step compiles once for all of them)
+CAPACITY_STEP = 64
 
 
 def cache_slots(prefix: int, length: int, slack: int) -> int:

@@ -26,9 +26,6 @@ from ..core.limits import batch_that_fits
 from ..core.stats import DecodeStats
 from .engine import Engine, Flight, model_rows
 
-# cache slots per row come in steps of this many, so that prompts of similar lengths share the
-# shapes of every tensor the step sees (a compiled step compiles once for all of them)
-
 
 @dataclass(frozen=True)
 class Admission:
