@@ -53,6 +53,42 @@ def test_readme_links_resolve():
             assert (ROOT / target).exists(), f"README links to {target}, which does not exist"
 
 
+# --- exactness is tested, not proved --------------------------------------------------------
+
+PROVE = re.compile(r"\b(prove[sdn]?|proving|proofs?)\b", re.I)
+ABOUT_EXACTNESS = re.compile(r"exact|lossless|\btests?\b|suite|G-test|sampl", re.I)
+
+
+def says_prove_about_exactness(text: str) -> list[str]:
+    """The sentences of a page that say a test or the suite proves (or is a proof of) exactness:
+    the exactness tests are G-tests, which bound a bias but prove nothing."""
+    sentences = re.split(r"(?<=[.!?:])\s+|\n\s*\n|\n(?=#|\||- )", text)
+    return [" ".join(s.split()) for s in sentences if PROVE.search(s) and ABOUT_EXACTNESS.search(s)]
+
+
+@pytest.mark.parametrize(
+    "text, flagged",
+    [
+        ("A test suite that proves each lossless\ncombination samples exactly the AR law.", True),
+        ("## 6. How the tests prove it", True),
+        ("The G-test is our proof that `sjd` is exact.", True),
+        ("A test suite that tests each lossless combination for exactness.", False),
+        ("Provenance. The JSON records the git commit.", False),
+        ("A probe file that proves permission.\n\nThe exact verifier keeps the law.", False),
+    ],
+)
+def test_the_prove_check_finds_statistical_claims(text, flagged):
+    assert bool(says_prove_about_exactness(text)) == flagged
+
+
+def test_no_page_says_the_tests_prove_exactness():
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    found = [f"{p.relative_to(ROOT)}: {s}" for p in pages for s in says_prove_about_exactness(p.read_text())]
+    assert not found, "the exactness tests are statistical (docs/exactness.md): say tests, not proves:\n" + "\n".join(
+        found
+    )
+
+
 # --- results that match the code --------------------------------------------------------------
 
 TOKEN_CHANGE = re.compile(r"\(commit `([0-9a-f]{7,40})`\)")
@@ -140,3 +176,64 @@ def test_the_results_check_refuses_stale_json(record, complaint, tmp_path):
     (tmp_path / "fresh.json").write_text(json.dumps({"git_commit": "HEAD", "git_dirty": False}))
     problems = stale_results(ROOT, tmp_path, ["80710e0"])
     assert len(problems) == 1 and problems[0].startswith("run/bench.json") and complaint in problems[0], problems
+
+
+# --- what the exactness tests can see ---------------------------------------------------------
+
+POWER_ROW = re.compile(r"^\| ([^|]+?) \| [^|]+ \| (\d+) \| (\d+) \| ([\d.]+)% \| ([\d.]+) \| ([\d.]+) \|$", re.M)
+
+
+def exactness_references() -> dict:
+    """Each reference distribution the exactness tests compare samples with, named as
+    docs/exactness.md names it: (model, layout, sampling, prompt)."""
+    from jacobigen.core.sampling import SamplingConfig
+    from jacobigen.tools.exactness import PROMPT, layout, tiny_model, video_layout
+
+    plain, guided, topk = (
+        SamplingConfig(),
+        SamplingConfig(cfg=2.0, top_p=0.95, temperature=0.9),
+        SamplingConfig(top_k=2, cfg=1.5),
+    )
+    tiny, sharp, clip, sharp_clip = (
+        tiny_model(),
+        tiny_model(sharpness=3.0),
+        tiny_model(vocab=9),
+        tiny_model(vocab=9, sharpness=3.0),
+    )
+    return {
+        "2x3 image, plain": (tiny, layout(True), plain, PROMPT),
+        "2x3 image, guided": (tiny, layout(True), guided, PROMPT),
+        "2x3 image, top-k": (tiny, layout(True), topk, PROMPT),
+        "2x3 image, plain, sharper model": (sharp, layout(True), plain, PROMPT),
+        "2x3 image, plain, prompt [1, 2, 5, 6, 2]": (tiny, layout(True), plain, [1, 2, 5, 6, 2]),
+        "2x3 image without line ends, plain": (tiny, layout(False), plain, PROMPT),
+        "2x3 image without line ends, guided": (tiny, layout(False), guided, PROMPT),
+        "3x2 image, guided": (tiny, layout(True, 3, 2), guided, PROMPT),
+        "3x2 image without line ends, plain": (tiny, layout(False, 3, 2), plain, PROMPT),
+        "1x3 clip of 2 frames, plain": (clip, video_layout(), plain, PROMPT),
+        "1x3 clip of 2 frames, guided": (clip, video_layout(), guided, PROMPT),
+        "1x3 clip of 2 frames, plain, sharper model": (sharp_clip, video_layout(), plain, PROMPT),
+        "2x2 clip of 2 frames, plain": (clip, video_layout(2, 2, 2), plain, PROMPT),
+    }
+
+
+def test_the_exactness_page_states_the_bias_each_test_can_see():
+    """docs/exactness.md's power table is what tools.exactness computes for the tests' N and threshold."""
+    from jacobigen.tools.exactness import detectable_tv, exact_distribution, gof_cells
+
+    n = 20_000
+    rows = {m[0]: m[1:] for m in POWER_ROW.findall((ROOT / "docs" / "exactness.md").read_text())}
+    references = exactness_references()
+    assert set(rows) == set(references), "docs/exactness.md's power table names other references than the tests use"
+    for name, (model, lay, sampling, prompt) in references.items():
+        exact = exact_distribution(model, lay, sampling, prompt)
+        probs = exact.probs / exact.probs.sum()
+        cells = gof_cells(exact, n)
+        computed = (
+            str(int((probs > 0).sum())),
+            str(cells),
+            f"{100 * probs[probs * n < 5].sum():.1f}",
+            f"{detectable_tv(cells, n):.3f}",
+            f"{detectable_tv(cells, n, power=0.5):.3f}",
+        )
+        assert rows[name] == computed, f"docs/exactness.md, {name}: {rows[name]} != computed {computed}"

@@ -2,8 +2,9 @@
 
 Every sequence of a tiny layout is scored exactly (teacher-forced forward, same sampling pipeline);
 a decoder's samples are compared with a G-test that pools sparse cells (docs/DESIGN.md §6.1) and
-with the total-variation distance. The test suite uses it to prove the lossless presets exact and
-to bound the lossy ones; users can point it at their own parts.
+with the total-variation distance. The test suite uses it to test the lossless presets for exactness
+(a statistical test: :func:`detectable_tv` says how small a bias it sees) and to bound the lossy ones;
+users can point it at their own parts.
 """
 
 from __future__ import annotations
@@ -94,14 +95,41 @@ def gof_pvalue(exact: Exact, samples: torch.Tensor) -> float:
     expected = exact.probs / exact.probs.sum() * len(samples)
     if (counts[expected == 0] > 0).any():
         return 0.0
+    from scipy import stats as sps  # test extra: only the p-value needs scipy
+
+    res = sps.power_divergence(*pooled(counts, expected), lambda_="log-likelihood")
+    return float(res.pvalue)
+
+
+def pooled(counts: np.ndarray, expected: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The G-test's cells: those with expected count >= 5, and one bin that pools the rest."""
     big = expected >= 5
     obs = np.append(counts[big], counts[~big].sum())
     exp = np.append(expected[big], expected[~big].sum())
     keep = exp > 0
-    from scipy import stats as sps  # test extra: only the p-value needs scipy
+    return obs[keep], exp[keep]
 
-    res = sps.power_divergence(obs[keep], exp[keep], lambda_="log-likelihood")
-    return float(res.pvalue)
+
+def gof_cells(exact: Exact, n: int) -> int:
+    """How many cells :func:`gof_pvalue` compares for ``n`` samples against ``exact``."""
+    expected = exact.probs / exact.probs.sum() * n
+    return len(pooled(np.zeros_like(expected), expected)[1])
+
+
+def detectable_tv(cells: int, n: int, alpha: float = 1e-4, power: float = 0.9) -> float:
+    """The smallest total-variation bias over the test's cells that a G-test of ``n`` samples at level
+    ``alpha`` rejects with probability ``power``, whatever the bias's shape.
+
+    For large ``n`` the G statistic is noncentral chi-square with ``cells - 1`` degrees of freedom and
+    noncentrality about n·chi2(q, p) >= 4n·TV(q, p)² (Cauchy-Schwarz): equality, the hardest bias to see,
+    scales p by 1 + 2 TV on half the mass and by 1 - 2 TV on the other half. Biases inside the pooled
+    bin are not seen at all."""
+    from scipy import optimize, stats
+
+    df = cells - 1
+    critical = stats.chi2.isf(alpha, df)
+    noncentrality = optimize.brentq(lambda nc: stats.ncx2.sf(critical, df, nc) - power, 1e-9, 1e9)
+    return float(np.sqrt(noncentrality / (4 * n)))
 
 
 def tv_distance(exact: Exact, samples: torch.Tensor) -> float:
