@@ -1,5 +1,7 @@
 import os
+import sys
 import tempfile
+from pathlib import Path
 
 import torch
 
@@ -7,3 +9,5 @@ import torch
 torch.set_num_threads(1)
 # `--method auto` calibrates once per model and machine: into a folder of this run, not the home's cache
 os.environ["JACOBIGEN_CACHE"] = tempfile.mkdtemp(prefix="jacobigen-cache-")
+# the training scripts are no package: on the path, so their tests import them as they run
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "training"))

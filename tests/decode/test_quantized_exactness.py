@@ -10,9 +10,10 @@ from jacobigen import METHODS
 from jacobigen.core.quantize import quantize_model, quantized_as
 from jacobigen.core.sampling import SamplingConfig
 from jacobigen.tools.exactness import exact_distribution, gof_pvalue, layout, sample, tiny_model
+from tests.helpers.need import need
 from tests.helpers.presets import covering
 
-pytest.importorskip("torchao")
+need("torchao")
 
 N = 20_000
 PASS = 1e-4

@@ -1,20 +1,17 @@
 """The animated-emoji model's layout, loader and training batches, on a tiny random-weight export,
 and the shipped model: clips decode through the emoji VQ frame by frame."""
 
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+import train_video
 
 from jacobigen.core.errors import WeightsError
 from jacobigen.models import embedded as E
 from jacobigen.models import load_bundle, video_bundle
 from jacobigen.models.transformer import Transformer, TransformerConfig, save_transformer
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "training"))
-train_video = pytest.importorskip("train_video")
 
 
 def tiny_export(folder: Path, frames: int = 2) -> Path:

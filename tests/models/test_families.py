@@ -14,8 +14,9 @@ from jacobigen.models import load_bundle
 from jacobigen.models.bundle import encode_one
 from tests.helpers import family_models as fm
 from tests.helpers.llamagen_reference import reference_of
+from tests.helpers.need import need
 
-pytest.importorskip("transformers")
+need("transformers")
 
 LOSSLESS = [n for n, m in METHODS.items() if m.lossless]
 CFG = 3.0

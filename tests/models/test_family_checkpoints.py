@@ -16,8 +16,9 @@ from jacobigen import ConfigError, WeightsError, generate
 from jacobigen.cli import main
 from jacobigen.models import load_bundle
 from tests.helpers import family_models as fm
+from tests.helpers.need import need
 
-pytest.importorskip("transformers")
+need("transformers")
 
 
 # --- Lumina-mGPT / Chameleon ------------------------------------------------------------------------

@@ -12,8 +12,9 @@ from jacobigen.models import load_bundle
 from jacobigen.models.bundle import encode_one
 from jacobigen.models.transformer import Transformer, TransformerConfig
 from tests.helpers import family_models as fm
+from tests.helpers.need import need
 
-pytest.importorskip("transformers")
+need("transformers")
 
 CFG = 3.0
 

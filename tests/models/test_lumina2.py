@@ -17,8 +17,9 @@ from jacobigen.models.families import lumina2 as L
 from jacobigen.models.movqgan import MoVQConfig, config_from_state, load_movqgan
 from tests.helpers import family_models as fm
 from tests.helpers import lumina2_models as lm
+from tests.helpers.need import need
 
-pytest.importorskip("transformers")
+need("transformers")
 
 LOSSLESS = [n for n, m in METHODS.items() if m.lossless]
 TEXT = "a red cat on the mat"
@@ -95,7 +96,7 @@ def test_config_json_sets_the_decoder_and_refuses_what_it_does_not_compute(relea
 )
 def test_movqgan_pixels_equal_diffusers(cfg):
     """Our MoVQGAN decoder against diffusers' MoVQ with the same weights, within 1e-4."""
-    pytest.importorskip("diffusers")
+    need("diffusers")
     vq = lm.movq(cfg=cfg)
     ref = lm.diffusers_movq(vq)
     codes = torch.randint(0, cfg.codes, (2, 4, 6), generator=torch.Generator().manual_seed(0))

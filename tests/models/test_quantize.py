@@ -15,8 +15,9 @@ from jacobigen.cli import main
 from jacobigen.core.quantize import check_mode, quantize_model, quantized_as, weight_bytes
 from jacobigen.models import load_bundle, memory
 from jacobigen.models.transformer import Transformer, TransformerConfig
+from tests.helpers.need import need
 
-pytest.importorskip("torchao")
+need("torchao")
 
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
 
@@ -96,7 +97,7 @@ def test_deterministic_tokens_are_batch_invariant_on_int8_weights():
 def test_tiny_families_decode_in_int8():
     """Our decoder as Chameleon converts into it, Janus's own image head around it, and LlamaGen's
     own modules: every linear layer quantized, every lossless decode still gives image ids."""
-    pytest.importorskip("transformers")
+    need("transformers")
     from jacobigen.models.families.chameleon import chameleon_pipeline
     from jacobigen.models.families.janus import janus_pipeline
     from jacobigen.models.families.llamagen import llamagen_pipeline

@@ -3,25 +3,21 @@ and the steering metric's arithmetic (the scripts themselves run for hours; thes
 
 import io
 import json
-import sys
 import tarfile
-from pathlib import Path
 
+import caption_ranking
+import completion
+import eval_steering
+import fetch_data
 import numpy as np
 import pytest
+import sample_pool
+import tokenize_data
 import torch
+import train_ar
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "training"))
-train_ar = pytest.importorskip("train_ar")
-eval_steering = pytest.importorskip("eval_steering")
-fetch_data = pytest.importorskip("fetch_data")
-completion = pytest.importorskip("completion")
-tokenize_data = pytest.importorskip("tokenize_data")
-caption_ranking = pytest.importorskip("caption_ranking")
-sample_pool = pytest.importorskip("sample_pool")
-
-from jacobigen.models import embedded as E  # noqa: E402
-from jacobigen.models.transformer import Transformer, TransformerConfig, save_transformer  # noqa: E402
+from jacobigen.models import embedded as E
+from jacobigen.models.transformer import Transformer, TransformerConfig, save_transformer
 
 KEYWORDS = {"tags": ["love", "red", "emotion"], "group": "smileys emotion", "subgroup": "heart"}
 

@@ -15,10 +15,11 @@ from contextlib import contextmanager
 from functools import cache
 
 import numpy as np
-import pytest
 from PIL import Image
 
-pytest.importorskip("fastapi", reason="the serve extra is not installed")
+from tests.helpers.need import need
+
+need("fastapi", reason="the serve extra is not installed")
 import uvicorn  # noqa: E402
 
 from jacobigen.serve.app import Settings, create_app  # noqa: E402
