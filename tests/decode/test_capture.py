@@ -276,8 +276,9 @@ def test_bench_keeps_the_rows_that_compile(monkeypatch):
     rows, extra = run_compiled_bench(
         random_bundle(), ["sjd-pac", "scd-mc"], [32], ["red heart"], [0], progress=False, compile="eager"
     )
-    by = {r.method: r for r in rows}
-    assert by["sjd-pac"].compile_error == "RuntimeError: ValueError: not comparable" and by["sjd-pac"].runs == 0
+    by = {r.method: r for r in rows}  # the engine falls back on any error; the bench reports the row as not compiled
+    assert by["sjd-pac"].compile_error.startswith("CompileFallback") and by["sjd-pac"].runs == 0
+    assert by["sjd-pac"].compile_error.endswith("(RuntimeError: ValueError: not comparable")
     assert by["scd-mc"].runs == 1 and by["scd-mc"].tokens_equal_eager
     assert list(extra["compile_errors"]) == ["sjd-pac @ 32"]
 
@@ -312,7 +313,8 @@ def test_generate_compile_refuses_job_runs(tmp_path):
     assert res.exit_code == 2 and "--compile applies to one sheet" in res.output
 
 
-def test_a_step_that_fails_to_compile_falls_back_to_eager_with_a_warning(monkeypatch):
+@pytest.mark.parametrize("error", [torch._dynamo.exc.TorchDynamoException, RuntimeError, AssertionError])
+def test_a_step_that_fails_to_compile_falls_back_to_eager_with_a_warning(error, monkeypatch):
     """Whatever the compile or the first run raises (inductor cannot build a kernel on some device, a graph fails
     to capture), it is raised before the graph runs: the engine warns once and decodes on with the eager step,
     the tokens eager's."""
@@ -320,7 +322,7 @@ def test_a_step_that_fails_to_compile_falls_back_to_eager_with_a_warning(monkeyp
 
     def broken(step, how):
         def fail(*args):
-            raise torch._dynamo.exc.TorchDynamoException("inductor found no kernel for this device")
+            raise error("inductor found no kernel for this device")
 
         return fail
 

@@ -187,9 +187,10 @@ class Engine:
         self.model = forward_of(model, self.device, cuda_graphs and not self.compiled)  # a replayed step holds it
 
     def _fall_back(self, error: Exception) -> None:
-        """The whole-step graph failed to compile (on some devices inductor cannot build a kernel
-        of it): run the eager step from now on, its forwards graphed on CUDA. A compile error is
-        raised before the graph runs, so no state has moved."""
+        """The whole-step graph failed to compile or to run (on some devices inductor cannot build a
+        kernel of it, or a graph fails to capture): run the eager step from now on, its forwards
+        graphed on CUDA. Compile errors come before the graph runs, and a compiled graph writes its
+        inputs back at its end, so the step starts again from the state it was given."""
         self.model = forward_of(self.model, self.device, self.cuda_graphs)
         warnings.warn(
             f"the compiled step failed to build ({type(error).__name__}: {str(error)[:200]}); decoding goes on "
@@ -310,7 +311,7 @@ class Engine:
         if self._whole:
             try:
                 return cast(Commit, self._advance(fl, cache, running))
-            except torch._dynamo.exc.TorchDynamoException as e:
+            except Exception as e:  # whatever the compiler or the device raised: the eager step decodes on
                 self._fall_back(e)
         return cast(Commit, self._advance(fl, cache, running))
 
