@@ -108,9 +108,9 @@ class Graphed:
     a 7B model that is up to four caches' memory: each decode allocates its own cache).
 
     Where the device records no graphs (:data:`CAPTURERS`; ``capturer`` names one for every device),
-    or for a ``cache=None`` forward, the model runs as it is. Any error while capturing or replaying
-    falls back to the eager forward for good, with one :class:`GraphFallback` warning per model: a
-    forward that fails eagerly too raises its own error.
+    or for a ``cache=None`` forward, the model runs as it is (compiled, with ``compile``). Any error
+    while capturing or replaying falls back to the eager model for good (not compiled either), with
+    one :class:`GraphFallback` warning per model: a forward that fails eagerly too raises its own error.
     """
 
     CACHES = 4
@@ -144,7 +144,9 @@ class Graphed:
 
     def __call__(self, tokens, positions=None, mask=None, cache=None, **extra):
         recorder = self.capturer or CAPTURERS.get(tokens.device.type)
-        if recorder is None or cache is None or positions is None or mask is None or self.failure is not None:
+        if self.failure is not None:
+            return self.model(tokens, positions, mask, cache, **extra)
+        if recorder is None or cache is None or positions is None or mask is None:
             return self.forward(tokens, positions, mask, cache, **extra)
         buffers = (*cache.keys, *cache.values)
         home = tuple(b.untyped_storage().data_ptr() for b in buffers)
@@ -161,7 +163,7 @@ class Graphed:
             return self._replay(graphs, key, recorder, tokens, positions, mask, cache, extra)
         except Exception as error:  # a device that cannot capture this forward: eager from now on
             self._give_up(error)
-            return self.forward(tokens, positions, mask, cache, **extra)
+            return self.model(tokens, positions, mask, cache, **extra)
 
     def _replay(self, graphs: dict, key, recorder: type, tokens, positions, mask, cache, extra):
         if graphs[key] is None:  # the recording computes this call's output

@@ -97,7 +97,7 @@ class OpReplay:
 
     def record(self, fn: Callable):
         self.ops: list = []
-        with _Tape(self.ops):
+        with _Tape(self.ops), torch.compiler.set_stance("force_eager"):  # a compiled fn records its eager ops
             out = fn()
         self.result = [t for t in tree_leaves(out) if isinstance(t, torch.Tensor)]
         return out
