@@ -14,6 +14,7 @@ from jacobigen import METHODS, ConfigError, generate
 from jacobigen.cli import main
 from jacobigen.core.kernels import cumsum
 from jacobigen.core.layout import ImageLayout
+from jacobigen.core.masks import block_mask, causal
 from jacobigen.decode.capture import CAPTURERS, Graphed, GraphFallback, compile_counts, forward_of
 from jacobigen.decode.replay import OpReplay
 from jacobigen.models import random_bundle
@@ -171,6 +172,20 @@ def test_each_block_shape_is_captured_once_per_cache():
         again = _small(graphed, "scd-mc", [seed])
         assert torch.equal(again.tokens, _small(model, "scd-mc", [seed]).tokens)
     assert graphed.captures == 1 + Graphed.CACHES and len(graphed.graphs) == Graphed.CACHES
+
+
+def test_a_cache_is_held_only_once_a_graph_writes_into_it():
+    """A refill prefills into a cache of its own, dropped afterwards: a shape seen once holds no memory."""
+    model = random_model()
+    graphed = Graphed(model, capturer=Counted)
+    cache = model.new_cache(2, 64)
+    tokens, positions = torch.zeros(2, 3, dtype=torch.int64), torch.arange(3).expand(2, 3)
+    mask = block_mask(cache.lengths, cache.capacity, causal(3, torch.device("cpu")))
+    once = graphed(tokens, positions, mask, cache).clone()
+    assert [held for held, _ in graphed.graphs.values()] == [[]]
+    assert torch.equal(graphed(tokens, positions, mask, cache), once) and graphed.captures == 1
+    assert [len(held) for held, _ in graphed.graphs.values()] == [2 * len(cache.keys)]
+    assert torch.equal(graphed(tokens, positions, mask, cache), once) and graphed.replays == 1
 
 
 def test_the_row_views_of_one_cache_share_its_graphs():

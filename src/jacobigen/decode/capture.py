@@ -104,8 +104,9 @@ class Graphed:
     prefill comes once; a block shape comes back every iteration) and is captured the second time.
     A cache whose buffers moved (a new cache, rows selected) gets new graphs; the graphs of the
     ``CACHES`` most recently used caches are kept (the row views of one cache count as that cache),
-    each holding its buffers so that no new cache can reuse their addresses under a stale graph (for
-    a 7B model that is up to four caches' memory: each decode allocates its own cache).
+    each that has a graph holding its buffers so that no new cache can reuse their addresses under a
+    stale graph (for a 7B model that is up to four caches' memory: each decode allocates its own
+    cache; a cache only prefilled, as each refill's, is not held).
 
     Where the device records no graphs (:data:`CAPTURERS`; ``capturer`` names one for every device),
     or for a ``cache=None`` forward, the model runs as it is (compiled, with ``compile``). Any error
@@ -152,24 +153,23 @@ class Graphed:
         home = tuple(b.untyped_storage().data_ptr() for b in buffers)
         if home not in self.graphs and len(self.graphs) >= self.CACHES:
             del self.graphs[next(iter(self.graphs))]  # the least recently used cache's graphs
-        self.graphs[home] = self.graphs.pop(home, None) or (buffers, {})
-        graphs = self.graphs[home][1]
+        held, graphs = self.graphs[home] = self.graphs.pop(home, None) or ([], {})
         shapes = (tokens.shape, positions.shape, mask.shape, *(x.shape for x in extra.values()))
         key = (buffers[0].data_ptr(), tuple(map(tuple, shapes)), tuple(extra))
-        if key not in graphs:  # its first sighting: eager
+        if key not in graphs:  # its first sighting: eager, and nothing held (a prefill's cache may be dropped)
             graphs[key] = None
             return self.forward(tokens, positions, mask, cache, **extra)
         try:
-            return self._replay(graphs, key, recorder, tokens, positions, mask, cache, extra)
+            if graphs[key] is None:  # the second: captured, the recording computing this call's output
+                graphs[key] = self._capture(recorder(), tokens, positions, mask, cache, extra)
+                held[:] = buffers  # no new cache may take these addresses while a graph writes there
+                return graphs[key][2]
+            return self._replay(*graphs[key], tokens, positions, mask, cache, extra)
         except Exception as error:  # a device that cannot capture this forward: eager from now on
             self._give_up(error)
             return self.model(tokens, positions, mask, cache, **extra)
 
-    def _replay(self, graphs: dict, key, recorder: type, tokens, positions, mask, cache, extra):
-        if graphs[key] is None:  # the recording computes this call's output
-            graphs[key] = self._capture(recorder(), tokens, positions, mask, cache, extra)
-            return graphs[key][2]
-        graph, inputs, out = graphs[key]
+    def _replay(self, graph, inputs: list, out, tokens, positions, mask, cache, extra):
         for buf, x in zip(inputs, (tokens, positions, mask, cache.lengths, *extra.values()), strict=True):
             buf.copy_(x)
         graph.replay()
