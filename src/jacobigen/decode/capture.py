@@ -121,7 +121,7 @@ class Graphed:
         self.forward = captured(model, compile) if compile else model
         self.vocab_size, self.max_seq_len = model.vocab_size, model.max_seq_len
         self.needs_prompt_len = getattr(model, "needs_prompt_len", False)
-        self.graphs: dict = {}
+        self.graphs: dict[tuple, tuple[list, dict]] = {}  # cache storages -> (buffers held, shape -> graph)
         self.captures = self.replays = 0
         self._failed = _failures(model)
 
@@ -153,7 +153,7 @@ class Graphed:
         home = tuple(b.untyped_storage().data_ptr() for b in buffers)
         if home not in self.graphs and len(self.graphs) >= self.CACHES:
             del self.graphs[next(iter(self.graphs))]  # the least recently used cache's graphs
-        held, graphs = self.graphs[home] = self.graphs.pop(home, None) or ([], {})
+        held, graphs = self.graphs[home] = self.graphs.pop(home, ([], {}))
         shapes = (tokens.shape, positions.shape, mask.shape, *(x.shape for x in extra.values()))
         key = (buffers[0].data_ptr(), tuple(map(tuple, shapes)), tuple(extra))
         if key not in graphs:  # its first sighting: eager, and nothing held (a prefill's cache may be dropped)
@@ -164,7 +164,8 @@ class Graphed:
                 graphs[key] = self._capture(recorder(), tokens, positions, mask, cache, extra)
                 held[:] = buffers  # no new cache may take these addresses while a graph writes there
                 return graphs[key][2]
-            return self._replay(*graphs[key], tokens, positions, mask, cache, extra)
+            graph, inputs, out = graphs[key]
+            return self._replay(graph, inputs, out, tokens, positions, mask, cache, extra)
         except Exception as error:  # a device that cannot capture this forward: eager from now on
             self._give_up(error)
             return self.model(tokens, positions, mask, cache, **extra)
