@@ -242,6 +242,20 @@ def test_an_eager_step_that_fails_raises_its_error():
             _small(random_model(), "scd-mc", [0])
 
 
+def test_the_benchs_plain_loop_is_graphed_as_the_decodes_are(monkeypatch):
+    """A fair baseline (DESIGN §7): where decodes replay graphs by default, the bench's plain loop does too."""
+    from jacobigen.tools import bench
+    from jacobigen.tools.bench_rows import PLAIN
+
+    monkeypatch.setitem(CAPTURERS, "cpu", OpReplay)
+    pipe = random_bundle()
+    run = bench.decode_one(pipe, PLAIN, 1, "red heart", 0)
+    (loop,) = bench._GRAPHED.values()
+    assert loop.model is pipe.model and loop.captures >= 1 and loop.status == "graphed"
+    monkeypatch.delitem(CAPTURERS, "cpu")
+    assert torch.equal(run.tokens, bench.decode_one(pipe, PLAIN, 1, "red heart", 0).tokens)
+
+
 def test_graphs_are_asked_for_on_cuda_only_and_can_be_turned_off():
     model = random_model()
     assert isinstance(forward_of(model, torch.device("cuda"), True), Graphed)
