@@ -5,14 +5,17 @@ with its own time budget.
 a. ``bandwidth``: a device-to-device copy, the memory ceiling every figure is held against.
 b. ``forward``: milliseconds per forward of our decoder (:class:`jacobigen.Transformer`) in the
    shape of Lumina-mGPT-7B (random weights, bf16, 2 rows: the CFG pair, 2,400 cached tokens) for
-   blocks 1..64, three ways: eager; eager replayed as a CUDA graph (``decode.capture.Graphed``);
+   blocks 1..64, four ways: eager; eager replayed as a CUDA graph (``decode.capture.Graphed``); the
+   default path, the model as every decode calls it (``decode.capture.forward_of``: graphed on CUDA
+   unless ``cuda_graphs=False``), with the path it took (``graphed``, or eager and why);
    ``torch.compile`` replayed as a CUDA graph. Beside each: the weight-read time at the datasheet
    bandwidth (4.8 TB/s) and the bytes the forward must read (weights + the cache), as GB/s.
 c. ``plain``: the plain loop a user would write (``tools.plain_ar``), per token, on the eager model
    and on the graphed one (gpt-fast's treatment): the fair GPU baseline.
-d. ``overhead``: every lossless preset on that model through ``generate`` (a 16x16 image with EOL,
-   Lumina's sampling), forwards graphed and timed apart (``timing=True``): the bookkeeping per
-   iteration is wall minus forward.
+d. ``overhead``: every lossless preset on that model through ``generate`` as a user calls it (a 16x16
+   image with EOL, Lumina's sampling): the default path, forwards graphed on CUDA (each decode
+   captures its own block shape) and timed apart (``timing=True``), the path recorded per row; the
+   forward per iteration is the default path's in a decode, and the bookkeeping is wall minus forward.
 e. ``compiled``: a few presets with the whole step compiled under each of ``--step-backends`` and,
    on CUDA, replayed as one CUDA graph (``decode.replay``): the steady-state wall per iteration
    (the warm step and the recording left out) against the graphed forward of its block.
@@ -62,7 +65,7 @@ import torch
 
 from jacobigen.core.masks import block_mask, causal
 from jacobigen.decode import replay
-from jacobigen.decode.capture import Graphed
+from jacobigen.decode.capture import Graphed, emulated, forward_of
 from jacobigen.decode.methods import parse_variant, split_variants
 from jacobigen.models.families.chameleon import DEFAULTS, lumina_7b_config
 from jacobigen.models.transformer import Transformer, TransformerConfig
@@ -222,6 +225,7 @@ def forward_curve(model, info, device, args, result):
         skipped=[],
     )
     variants = [("eager", model, args.sizes), ("graphed", Graphed(model), args.sizes)]
+    variants.append(("default", forward_of(model, device, True), args.sizes))  # what generate calls
     variants.append(("compiled+graphed", Graphed(model, compile=args.backend), args.compiled_sizes))
     t_part = time.perf_counter()
     g = torch.Generator().manual_seed(0)
@@ -246,6 +250,7 @@ def forward_curve(model, info, device, args, result):
                     "median_ms": 1e3 * med,
                     "min_ms": 1e3 * min(times),
                     "setup_s": first,
+                    "path": path_of(fwd),
                     "vs_weight_read": 1e3 * med / result["weight_read_ms"],
                     "gbps": read / med / 1e9,
                 }
@@ -259,6 +264,11 @@ def forward_curve(model, info, device, args, result):
         result["peak_memory_gb"] = torch.cuda.max_memory_allocated(device) / 2**30
     cache = None  # noqa: F841
     free_memory(device)
+
+
+def path_of(model) -> str:
+    """How a variant's forwards ran: ``graphed``, ``eager``, or eager because its graphs failed."""
+    return getattr(model, "status", "eager")
 
 
 def best_forward_ms(report: dict, block: int) -> float | None:
@@ -314,7 +324,13 @@ def plain(model, device, args, result):
         times = timed(lambda f=fwd: plain_ar(f, layout, prompt, uncond, **sampling), device, 0, 1)
         med = statistics.median(times)
         result["runs"].append(
-            {"variant": name, "seconds": med, "ms_per_token": 1e3 * med / layout.length, "setup_s": setup}
+            {
+                "variant": name,
+                "seconds": med,
+                "ms_per_token": 1e3 * med / layout.length,
+                "setup_s": setup,
+                "path": path_of(fwd),
+            }
         )
         write_partial(result)
     result["status"] = "partial" if result.get("skipped") else "ok"
@@ -344,25 +360,24 @@ def run_preset(model, name, window, layout, prompt, uncond, compile=False, timin
 
 def overhead(model, device, args, result, report):
     layout, prompt, uncond = image_setup(model, args.grid)
-    graphed = Graphed(model)
     result.update(layout={"rows": args.grid, "cols": args.grid, "length": layout.length}, runs=[], skipped=[])
     t_part = time.perf_counter()
-    run_preset(graphed, "sjd", max(args.windows), layout, prompt, uncond)  # captures the common shapes
+    run_preset(model, "sjd", max(args.windows), layout, prompt, uncond)  # kernels and allocator warmed
     result["warmup_seconds"] = time.perf_counter() - t_part
     runs = [(m, w) for m in split_variants(args.methods) for w in args.windows]
     for name, window in dict.fromkeys((m, parse_variant(m).window or w) for m, w in runs):
         if time.perf_counter() - t_part > args.budget_overhead:
             result["skipped"].append({"method": name, "window": window})
             continue
-        run_preset(graphed, name, window, layout, prompt, uncond)  # capture this block shape first
-        s = run_preset(graphed, name, window, layout, prompt, uncond)
+        run_preset(model, name, window, layout, prompt, uncond)  # this method's first run warms its own
+        s = run_preset(model, name, window, layout, prompt, uncond)
         iters = max(len(s.committed), 1)
         over = s.wall_time - s.forward_time
         result["runs"].append(
             {
                 "method": name,
                 "window": window,
-                "step": "eager, forward graphed",
+                "step": "eager, default forward",
                 "block": block_size(parse_variant(name).build(window), layout),
                 "nfe": s.nfe,
                 "iterations": iters,
@@ -370,6 +385,7 @@ def overhead(model, device, args, result, report):
                 "forward_ms_per_iter": 1e3 * s.forward_time / iters,
                 "bookkeeping_ms_per_iter": 1e3 * over / iters,
                 "tokens_per_forward": s.mean_accepted,
+                "path": s.forward_path,
             }
         )
         write_partial(result)
@@ -531,8 +547,10 @@ def lumina2(model, device, args, result, report):
         mask = block_mask(cache.lengths, capacity, causal(size, device))
         with torch.inference_mode():
             run = lambda t=tokens, p=positions, m=mask: graphed(t, p, m, cache)  # noqa: E731
-            times = timed(run, device, args.warmup, args.reps)
-        result["points"].append({"block": size, "median_ms": 1e3 * statistics.median(times) + head_ms})
+            times = timed(run, device, max(args.warmup, 2), args.reps)  # a shape is captured at its second call
+        result["points"].append(
+            {"block": size, "median_ms": 1e3 * statistics.median(times) + head_ms, "path": path_of(graphed)}
+        )
     fwd = {p["block"]: p["median_ms"] for p in result["points"]}
     one, wide = fwd[min(fwd)], fwd[max(fwd)]
     window = max(fwd)
@@ -601,6 +619,7 @@ def batches(model, device, args, result):
                         "images_per_second": b / wall,
                         "iterations": iters,
                         "ms_per_iteration": 1e3 * wall / iters,
+                        "path": s.forward_path,
                     }
                 )
                 write_partial(result)
@@ -652,12 +671,13 @@ def markdown(report: dict) -> str:
             f"{f['reps']}; weights {f['weight_bytes'] / 1e9:.2f} GB read in {f['weight_read_ms']:.2f} ms, "
             f"weights + cache in {f['read_ms']:.2f} ms at {DATASHEET_TBPS} TB/s)",
             "",
-            "| variant | block | ms / forward | min ms | x weight read | GB/s | vs block 1 | setup s |",
-            "|---|---|---|---|---|---|---|---|",
+            "| variant | block | ms / forward | min ms | x weight read | GB/s | vs block 1 | setup s | ran |",
+            "|---|---|---|---|---|---|---|---|---|",
         ]
         lines += [
             f"| {p['variant']} | {p['block']} | {p['median_ms']:.2f} | {p['min_ms']:.2f} | "
-            f"{p['vs_weight_read']:.2f} | {p['gbps']:.0f} | {fmt(p.get('vs_block1'), '.2f')} | {p['setup_s']:.1f} |"
+            f"{p['vs_weight_read']:.2f} | {p['gbps']:.0f} | {fmt(p.get('vs_block1'), '.2f')} | {p['setup_s']:.1f} | "
+            f"{p.get('path', '-')} |"
             for p in f["points"]
         ]
         lines += [""]
@@ -798,7 +818,12 @@ def parse(argv=None):
     p.add_argument("--plain-compiled", action="store_true", default=None, help="also the compiled+graphed plain loop")
     p.add_argument("--embedded-backend", default=None, help="the embedded bench's backend")
     p.add_argument("--step-backends", default=None, help="backends the compiled part runs each preset under")
-    p.add_argument("--emulate-graphs", action="store_true", help="replay the compiled part's steps on the CPU (tests)")
+    p.add_argument(
+        "--emulate-graphs",
+        action="store_true",
+        help="record and replay graphs on the CPU through OpReplay, CUDA graphs' stand-in: the graphed forwards "
+        "and the compiled part's steps (tests)",
+    )
     p.add_argument("--skip-embedded", action="store_true")
     p.add_argument("--skip-lumina2", action="store_true")
     p.add_argument("--embedded-timeout", type=float, default=None)
@@ -826,6 +851,11 @@ def git_describe() -> str:
 
 def main(argv=None) -> dict:
     args = parse(argv)
+    with emulated("cpu") if args.emulate_graphs else contextlib.nullcontext():
+        return measure(args, sys.argv[1:] if argv is None else list(argv))
+
+
+def measure(args, argv: list[str]) -> dict:
     t_start = time.perf_counter()
     device = torch.device(args.device)
     out = Path(args.out)
@@ -844,7 +874,7 @@ def main(argv=None) -> dict:
         "git": git_describe(),
         "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "threads": torch.get_num_threads(),
-        "argv": sys.argv[1:] if argv is None else list(argv),
+        "argv": argv,
     }
     for key in PARTS:
         report[key] = {"status": "pending"}

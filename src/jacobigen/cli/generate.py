@@ -243,6 +243,7 @@ def _generate_folder(texts, num_images, model: ModelChoice, decoding: Decoding, 
             method=spec.name,
             window=window,
             deterministic=decoding.deterministic,
+            cuda_graphs=decoding.cuda_graphs,
             **decoding.options,
             **decoding.sampling,
         )

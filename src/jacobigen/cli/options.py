@@ -132,6 +132,7 @@ class Decoding:
     progress: bool = True
     window_given: bool = False  # --window on the command line, not its default
     deterministic: bool = False  # --deterministic: tokens bit-identical in any batch (row-invariant kernels)
+    cuda_graphs: bool = True  # --no-cuda-graphs: forwards run eagerly on CUDA too
 
     def seeds(self, n: int) -> list[int]:
         """The seeds of ``n`` images (image i gets seed + i), checked before any work."""
@@ -210,6 +211,7 @@ class Decoding:
             batch_size=self.batch_size,
             progress=self.progress,
             deterministic=self.deterministic,
+            cuda_graphs=self.cuda_graphs,
             **self.options,
             **self.sampling,
             **more,
@@ -335,6 +337,14 @@ def decoding_options(method: str = "auto", window: str = "auto"):
             "row-invariant kernels; docs/api.md gives the price). Without it the distribution is the same, and "
             "a draw within rounding of a boundary may differ with the batch.",
         ),
+        click.option(
+            "--cuda-graphs/--no-cuda-graphs",
+            default=True,
+            show_default=True,
+            help="On CUDA, replay each forward as a CUDA graph captured once per block shape (a capture that "
+            "fails warns once and runs eagerly); --no-cuda-graphs runs every forward eagerly. --stats records "
+            "the path as forward_path.",
+        ),
     ]
 
     def build(kw):
@@ -349,6 +359,7 @@ def decoding_options(method: str = "auto", window: str = "auto"):
                 stats_path=kw.pop("stats_path"),
                 progress=kw.pop("progress"),
                 deterministic=kw.pop("deterministic"),
+                cuda_graphs=kw.pop("cuda_graphs"),
                 window_given=click.get_current_context().get_parameter_source("window") is not ParameterSource.DEFAULT,
             )
         }

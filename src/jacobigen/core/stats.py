@@ -35,6 +35,7 @@ class DecodeStats:
     wall_time: float = 0.0
     forward_time: float | None = 0.0
     capture_time: float = 0.0  # warm steps and graph recordings of a replayed step (inside wall_time)
+    forward_path: str = "eager"  # graphed, eager, eager (graphs failed: why), compiled step (Engine.forward_path)
     lossless: bool = True  # False for relaxed (lossy) verifiers
     quantize: str | None = None  # the target model's weight quantization (int8, int4), None: its own dtype
     when: torch.Tensor | None = field(default=None, repr=False, compare=False)  # [B, length] iteration
@@ -128,4 +129,5 @@ class DecodeStats:
             "forward_time": self.forward_time,
             "overhead_time": self.overhead_time,
             "capture_time": self.capture_time,
+            "forward_path": self.forward_path,
         }

@@ -36,8 +36,9 @@ def make_decoder(
     latents: torch.Tensor | None = None,
     compile: bool | str = False,
     deterministic: Determinism = False,
+    cuda_graphs: bool = True,
 ) -> JacobiDecoder:
-    return JacobiDecoder(model, layout, sampling, parts, timing, latents, compile, deterministic)
+    return JacobiDecoder(model, layout, sampling, parts, timing, latents, compile, deterministic, cuda_graphs)
 
 
 def check_deterministic(value) -> None:
@@ -116,6 +117,7 @@ def generate(
     compile: bool | str = False,
     deterministic: Determinism = False,
     quantize: str | None = None,
+    cuda_graphs: bool = True,
     **options,
 ) -> Generation:
     """Sample image token grids for one prompt (list of ids) or a batch of prompts.
@@ -136,7 +138,11 @@ def generate(
     default: the model's output embedding rows). ``compile=True`` runs each decode step as one
     ``torch.compile`` graph (a backend name picks another backend); the distribution is the same
     (inductor's fused kernels may round a draw otherwise), the first image of each block shape pays
-    the compilation. ``quantize="int8"`` (or ``"int4"`` on CUDA) quantizes the model's linear weights
+    the compilation (a compile that fails, whatever the error, warns once and decodes with the eager step).
+    Without it, on CUDA each forward replays a CUDA graph captured once per block shape
+    (:class:`jacobigen.decode.capture.Graphed`; ``stats.forward_path`` says whether it ran graphed); a
+    capture or replay that fails warns once and runs the forward eagerly, and ``cuda_graphs=False``
+    turns graphs off. ``quantize="int8"`` (or ``"int4"`` on CUDA) quantizes the model's linear weights
     in place first (torchao, weight-only; :mod:`jacobigen.core.quantize`): the target distribution is
     then the quantized model's, and the lossless methods sample it exactly. A model already quantized
     in that mode is used as it is. Extra keyword ``options`` go to the method's parts (see
@@ -168,13 +174,13 @@ def generate(
             "deterministic=True keeps tokens bit-identical across batches (docs/api.md)"
         )
     parts = spec.build(window, **options)
-    for name, flag in (("progress", progress), ("timing", timing)):
+    for name, flag in (("progress", progress), ("timing", timing), ("cuda_graphs", cuda_graphs)):
         if not isinstance(flag, bool):
             raise ConfigError(f"{name} must be True or False, got {flag!r}")
     check_deterministic(deterministic)
     if latents is not None and not (isinstance(latents, torch.Tensor) and latents.ndim == 2):
         raise ConfigError(f"latents must be a 2-D tensor [image ids, d] (a VQ codebook), got {type(latents).__name__}")
-    decoder = make_decoder(model, layout, sampling, parts, timing, latents, compile, deterministic)
+    decoder = make_decoder(model, layout, sampling, parts, timing, latents, compile, deterministic, cuda_graphs)
     tokens, stats = decoder.run(rows, seeds, progress, batch_size)
     stats.lossless = spec.lossless
     stats.quantize = quantized_as(model)

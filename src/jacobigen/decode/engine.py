@@ -28,7 +28,7 @@ from ..core.rng import Stream
 from ..core.sampling import SamplingConfig, TargetPipeline
 from ..parts.drafters import Slots
 from ..parts.verifiers import Window
-from .capture import Graphed, captured
+from .capture import Graphed, captured, forward_of
 from .replay import OpReplay, Replayed, recorder_for
 
 
@@ -159,6 +159,7 @@ class Engine:
         timing: bool = False,
         compile: bool | str = False,
         deterministic: Determinism = False,
+        cuda_graphs: bool = True,
     ):
         self.model, self.layout, self.parts, self.schedule = model, layout, parts, schedule
         self.device = model_device(model)
@@ -179,22 +180,24 @@ class Engine:
         recorder = recorder_for(self.device, compile)
         self.compiled = bool(compile) or recorder is not None
         # the stand-in records ATen ops as they run: it takes the step as it is
-        step = captured(self._step, compile) if compile and recorder is not OpReplay else self._step
+        self._whole = bool(compile) and recorder is not OpReplay  # the whole step compiled: fall back if that fails
+        step = captured(self._step, compile) if self._whole else self._step
         self._advance = Replayed(step, self._state, recorder) if recorder else step
-        self._whole = step is not self._step  # the whole step compiled: fall back if that fails
+        self.cuda_graphs = cuda_graphs
+        self.model = forward_of(model, self.device, cuda_graphs and not self.compiled)  # a replayed step holds it
 
     def _fall_back(self, error: Exception) -> None:
-        """The whole-step graph failed to compile (on some devices inductor cannot build a kernel
-        of it): run the eager step from now on, its forwards replayed as CUDA graphs on CUDA. A
-        compile error is raised before the graph runs, so no state has moved."""
+        """The whole-step graph failed to compile or to run (on some devices inductor cannot build a
+        kernel of it, or a graph fails to capture): run the eager step from now on, its forwards
+        graphed on CUDA. Compile errors come before the graph runs, and a compiled graph writes its
+        inputs back at its end, so the step starts again from the state it was given."""
+        self.model = forward_of(self.model, self.device, self.cuda_graphs)
         warnings.warn(
             f"the compiled step failed to build ({type(error).__name__}: {str(error)[:200]}); decoding goes on "
-            "with the eager step" + (" and CUDA-graphed forwards" if self.device.type == "cuda" else ""),
+            "with the eager step" + (" and graphed forwards" if isinstance(self.model, Graphed) else ""),
             CompileFallback,
             stacklevel=4,
         )
-        if self.device.type == "cuda":
-            self.model = Graphed(self.model)
         self._advance, self._whole = self._step, False
 
     def _state(self, fl: Flight, cache) -> tuple:
@@ -286,6 +289,16 @@ class Engine:
         return logits[torch.arange(len(prefixes), device=self.device), base - 1][:, None]
 
     @property
+    def forward_path(self) -> str:
+        """How the forwards ran, for the stats: in a compiled or replayed step, ``graphed``, ``eager``, or
+        eager because the graphs failed (:attr:`Graphed.status`)."""
+        if self._whole:
+            return "compiled step"
+        if isinstance(self._advance, Replayed):
+            return "replayed step"
+        return self.model.status if isinstance(self.model, Graphed) else "eager"
+
+    @property
     def capture_time(self) -> float:
         """Seconds this engine spent on warm steps and graph recordings (0 unless its step is replayed)."""
         return getattr(self._advance, "capture_time", 0.0)
@@ -298,7 +311,7 @@ class Engine:
         if self._whole:
             try:
                 return cast(Commit, self._advance(fl, cache, running))
-            except torch._dynamo.exc.TorchDynamoException as e:
+            except Exception as e:  # whatever the compiler or the device raised: the eager step decodes on
                 self._fall_back(e)
         return cast(Commit, self._advance(fl, cache, running))
 

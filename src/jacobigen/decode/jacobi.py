@@ -35,8 +35,8 @@ class Parts:
 class JacobiDecoder:
     """Decodes sequences of one layout with one method's parts; each advances by its own accepted
     length. ``timing=True`` syncs an accelerator around each forward so that the forward time in
-    the stats is real (on a CPU it always is). ``compile`` runs the step as one compiled graph
-    (:mod:`.capture`)."""
+    the stats is real (on a CPU it always is). ``compile`` runs the step as one compiled graph,
+    and otherwise ``cuda_graphs`` replays each forward as a CUDA graph on CUDA (:mod:`.capture`)."""
 
     def __init__(
         self,
@@ -48,6 +48,7 @@ class JacobiDecoder:
         latents=None,
         compile: bool | str = False,
         deterministic: Determinism = False,
+        cuda_graphs: bool = True,
     ):
         if parts.window < 1:
             raise ConfigError(f"window must be >= 1, got {parts.window}")
@@ -60,7 +61,9 @@ class JacobiDecoder:
         else:
             schedule = Chain(layout, parts.window, parts.tree, targets, device)
         parts.verifier.bind(model, layout, latents)  # relaxed verifiers look up their neighbours once
-        self.engine = Engine(model, layout, sampling, parts, schedule, targets, timing, compile, deterministic)
+        self.engine = Engine(
+            model, layout, sampling, parts, schedule, targets, timing, compile, deterministic, cuda_graphs
+        )
 
     def run(self, prefixes: list[list[int]], seeds: list[int], progress: bool = False, batch_size: int | None = None):
         """prefixes: one token list per model row (cond, uncond interleaved when guided);
@@ -69,4 +72,6 @@ class JacobiDecoder:
         Returns (tokens [N, length], DecodeStats)."""
         length = self.engine.layout.length
         with tqdm(total=len(seeds) * length, disable=not progress, unit="tok", desc="decoding") as bar:
-            return decode(self.engine, prefixes, seeds, batch_size, bar.update if progress else None)
+            tokens, stats = decode(self.engine, prefixes, seeds, batch_size, bar.update if progress else None)
+        stats.forward_path = self.engine.forward_path
+        return tokens, stats

@@ -57,10 +57,11 @@ class CudaGraph:
     def warm(self, fn: Callable):
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):  # library handles and autotuning set up outside the capture
-            out = fn()
-        torch.cuda.current_stream().wait_stream(stream)
-        return out
+        try:
+            with torch.cuda.stream(stream):  # library handles and autotuning set up outside the capture
+                return fn()
+        finally:  # a warm-up that fails (the caller then runs eagerly) must not leave its writes racing
+            torch.cuda.current_stream().wait_stream(stream)
 
     def record(self, fn: Callable):
         self.graph = torch.cuda.CUDAGraph()
@@ -97,7 +98,7 @@ class OpReplay:
 
     def record(self, fn: Callable):
         self.ops: list = []
-        with _Tape(self.ops):
+        with _Tape(self.ops), torch.compiler.set_stance("force_eager"):  # a compiled fn records its eager ops
             out = fn()
         self.result = [t for t in tree_leaves(out) if isinstance(t, torch.Tensor)]
         return out

@@ -48,8 +48,8 @@ def decode_one(
 ) -> Run:
     """Generate one image's tokens with ``method`` (a preset or ``NAME[key=value,...]``, or the plain
     loop), timed on the wall clock and the process CPU clock with the device synchronised at both ends.
-    ``compile``: the step as one compiled graph (the plain loop: its forward compiled, and replayed
-    as a CUDA graph on a GPU).
+    ``compile``: the step as one compiled graph (the plain loop: its forward compiled). On a GPU the
+    plain loop's forwards replay CUDA graphs, as a decode's do by default.
 
     The plain loop's forward passes are counted, not measured: one prefill (which gives the first
     token) and one per further token, ``layout.length`` in all, the same count as ``ar``'s, so its
@@ -60,7 +60,8 @@ def decode_one(
     sync(device)
     wall, cpu = time.perf_counter(), time.process_time()
     if method == PLAIN:
-        out = plain_ar(graphed(model, compile) if compile else model, pipe.layout, tokens, uncond, seed=seed, **opts)
+        # the baseline gets the decodes' treatment: graphed forwards on CUDA, compiled with ``compile``
+        out = plain_ar(graphed(model, compile), pipe.layout, tokens, uncond, seed=seed, **opts)
         stats = None
     else:
         v = parse_variant(method)
