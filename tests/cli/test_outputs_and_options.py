@@ -110,6 +110,21 @@ def test_a_prompts_file_the_folder_run_would_overwrite_is_refused(tmp_path, name
     assert prompts.read_text() == "a red heart\n" and sorted(p.name for p in folder.iterdir()) == [name]
 
 
+def test_a_dry_run_of_a_folder_run_creates_nothing_and_says_what_it_would_do(tmp_path):
+    (tmp_path / "p.txt").write_text("red heart\nblue car\n")
+    out = tmp_path / "new" / "out"
+    base = ["generate", "--prompts", str(tmp_path / "p.txt"), "--out-dir", str(out), "--dry-run", "--num-images", "3"]
+    res = CliRunner().invoke(main, [*base, "--model", "random"])
+    assert res.exit_code == 0 and "memory plan" in res.output, res.output
+    assert f"dry run: 6 image(s) would go to {out}; nothing made" in res.output
+    res = CliRunner().invoke(main, [*base, "--ray", "--method", "sjd", "--window", "8", "--workers", "3"])
+    assert res.exit_code == 0 and "each of the 3 Ray worker(s) loads default on its own machine" in res.output, (
+        res.output
+    )
+    assert "dry run: 6 image(s)" in res.output
+    assert not (tmp_path / "new").exists()
+
+
 def test_an_output_that_is_an_input_is_refused(tmp_path):
     with pytest.raises(ConfigError, match="destroy the input"):
         files.distinct({"--out": tmp_path / "p.txt"}, inputs={"--prompts": tmp_path / "p.txt"})

@@ -52,6 +52,19 @@ def number(name: str, value, lo: float | None = None, hi: float | None = None, l
     return v
 
 
+def text(name: str, value: str) -> str:
+    """``value`` as text UTF-8 can encode: a lone surrogate (bytes that were not UTF-8, decoded by
+    Python with ``surrogateescape`` as in ``sys.argv``, or a JSON escape such as ``"\\ud800"``) is
+    refused here rather than where a tokenizer meets it."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as e:
+        char = ord(value[e.start])
+        what = f"byte 0x{char - 0xDC00:02x}" if 0xDC80 <= char <= 0xDCFF else f"a lone surrogate U+{char:04X}"
+        raise ConfigError(f"{name} is not UTF-8 text ({what} at character {e.start + 1}): give it as UTF-8") from None
+    return value
+
+
 MAX_SEED = 2**32 - 1  # seeds are 32-bit keys of the counter-based generator (rng.py)
 
 
