@@ -109,6 +109,28 @@ CASES = [
         2,
         "1000 prompt(s) x 1001 make 1,001,000 images, more than one run makes (1,000,000)",
     ),
+    # every file a folder run writes is checked before any work (issue 61)
+    Case(
+        "a folder named like a record in --out-dir",
+        "--prompts {tmp}/ok.txt --model random --method sjd --window 8 --out-dir {tmp}/od1",
+        2,
+        "od1/00000.json is a folder, where the run writes a file",
+        writes="{tmp}/od1/00000.png",
+    ),
+    Case(
+        "a folder named stats.json in --out-dir",
+        "--prompts {tmp}/ok.txt --model random --method sjd --window 8 --out-dir {tmp}/od2",
+        2,
+        "od2/stats.json is a folder, where the run writes a file",
+        writes="{tmp}/od2/00000.png",
+    ),
+    Case(
+        "a FIFO at an image of --out-dir",
+        "--prompts {tmp}/ok.txt --num-images 3 --model random --method sjd --window 8 --out-dir {tmp}/od3",
+        2,
+        "od3/00002.png is a FIFO, where the run writes a file",
+        writes="{tmp}/od3/00000.png",
+    ),
     Case("--size with --prompts", "--prompts {tmp}/ok.txt --size 64", 2, "--size sets the tiles of one sheet"),
     Case("a method option given twice", "heart -o alpha=0.5 -o alpha=0.7", 2, "option alpha is given twice"),
     Case("--threads far above the cores", "heart --threads 100000", 2, "100000 threads on"),
@@ -243,6 +265,10 @@ def files(tmp_path_factory):
     (tmp / "many.txt").write_text("".join(f"prompt {i}\n" for i in range(1000)))
     (tmp / "file").write_text("a file, not a folder\n")
     os.mkfifo(tmp / "fifo.png")
+    (tmp / "od1" / "00000.json").mkdir(parents=True)
+    (tmp / "od2" / "stats.json").mkdir(parents=True)
+    (tmp / "od3").mkdir()
+    os.mkfifo(tmp / "od3" / "00002.png")
     (tmp / "null.png").symlink_to("/dev/null")
     return tmp
 

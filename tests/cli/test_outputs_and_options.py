@@ -97,7 +97,7 @@ def test_a_replaced_output_keeps_its_permissions(tmp_path):
     assert out.read_bytes() == b"new" and (out.stat().st_mode & 0o777) == 0o640
 
 
-@pytest.mark.parametrize("name", ["00000.png", "00000.json", "stats.json"])
+@pytest.mark.parametrize("name", ["00000.png", "00000.json", "stats.json", ".jacobigen.lock"])
 def test_a_prompts_file_the_folder_run_would_overwrite_is_refused(tmp_path, name):
     folder = tmp_path / "od"
     folder.mkdir()

@@ -11,7 +11,7 @@ from pathlib import Path
 import click
 from click.core import ParameterSource
 
-from ..tools.files import FolderLock, atomic_write, check_writable, not_written, read_prompts
+from ..tools.files import FolderLock, atomic_write, check_writable, read_prompts
 from .group import BadInput, main
 from .options import Decoding, ModelChoice, decoding_options, model_options
 from .params import check_prompts
@@ -132,8 +132,9 @@ def generate(
             )
         decoding.seeds(n)
         _check_out_dir(out_dir, dry_run)
-        if prompts_file:
-            not_written(prompts_file, out_dir)
+        from ..tools.jobs import check_folder
+
+        check_folder(out_dir, n, prompts_file)
         decoding.check_method()
         if use_ray:  # Ray workers are other machines, each loading its own model
             if dry_run:

@@ -152,17 +152,6 @@ def distinct(outputs: dict[str, str | Path | None], inputs: dict[str, str | Path
         seen[key] = what
 
 
-def not_written(prompts_file: str | Path, out_dir: str | Path) -> None:
-    """A ``--prompts`` file in ``--out-dir`` under a name the run writes (``NNNNN.png``, its
-    ``NNNNN.json`` record, ``stats.json``) would be overwritten by an image or a record: refused."""
-    path = Path(os.path.realpath(prompts_file))
-    if path.parent == Path(os.path.realpath(out_dir)) and path.suffix in (".png", ".json"):
-        raise ConfigError(
-            f"--prompts {prompts_file} lies in --out-dir {out_dir} under a name the run writes (images, records, "
-            "stats.json): move it, or pick another --out-dir"
-        )
-
-
 def atomic_write(path: str | Path, data: bytes, what: str = "output") -> None:
     """Write to a temporary name beside the file (a symlink's target), then rename: a killed job
     leaves the old file or the new one, never a truncated one. A write that fails (a full disk)

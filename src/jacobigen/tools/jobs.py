@@ -14,17 +14,21 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
+import stat
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from PIL import Image
 
 from ..core.checks import image_seeds
-from ..core.errors import JacobigenError
-from ..core.stats import step_compression
-from ..models.bundle import ModelBundle
-from .files import atomic_write, check_writable, sweep_temporaries
+from ..core.errors import ConfigError, JacobigenError
+from .files import FILE_KINDS, atomic_write, check_writable, sweep_temporaries
+
+if TYPE_CHECKING:  # torch-free at import: the command line checks a folder before torch loads
+    from ..models.bundle import ModelBundle
 
 
 @dataclass(frozen=True)
@@ -42,6 +46,44 @@ def plan(prompts: list[str], num_images: int = 1, seed: int = 0) -> list[Job]:
     """Job i is image i: prompts in order, ``num_images`` each, seed ``seed + i``."""
     texts = [p for p in prompts for _ in range(num_images)]
     return [Job(i, p, s) for i, (p, s) in enumerate(zip(texts, image_seeds(seed, len(texts)), strict=True))]
+
+
+RUN_FILES = ("stats.json", ".jacobigen.lock")  # besides the jobs' files: the summary and FolderLock's file
+JOB_FILE = re.compile(r"(\d{5,})\.(png|json)")
+
+
+def written_by(name: str, count: int) -> bool:
+    """Whether a run of ``count`` jobs writes (or locks) the file ``name`` in its folder."""
+    m = JOB_FILE.fullmatch(name)
+    return name in RUN_FILES or (m is not None and int(m[1]) < count and f"{int(m[1]):05d}" == m[1])
+
+
+def check_folder(folder: Path, count: int, prompts_file: Path | None = None) -> None:
+    """Every file a run of ``count`` jobs writes in ``folder``, checked before any work: a regular
+    file (or a symlink to one) or nothing, since a folder, FIFO or device there would fail (or block)
+    only once images are made; and the ``prompts_file`` the run reads is none of them."""
+    if prompts_file is not None:
+        path = Path(os.path.realpath(prompts_file))
+        if path.parent == Path(os.path.realpath(folder)) and written_by(path.name, count):
+            raise ConfigError(
+                f"--prompts {prompts_file} lies in --out-dir {folder} under a name the run writes (images, records, "
+                "stats.json, its lock): move it, or pick another --out-dir"
+            )
+    if not folder.is_dir():
+        return  # a dry run creates nothing
+    with os.scandir(folder) as entries:
+        for entry in entries:
+            if not written_by(entry.name, count):
+                continue
+            try:
+                mode = os.stat(entry.path).st_mode
+            except OSError as e:
+                raise ConfigError(f"cannot use {entry.path} in --out-dir: {e.strerror or e}") from e
+            if not stat.S_ISREG(mode):
+                kind = FILE_KINDS.get(stat.S_IFMT(mode), "special file")
+                raise ConfigError(
+                    f"{entry.path} is a {kind}, where the run writes a file: move it away, or pick another --out-dir"
+                )
 
 
 def chunks(jobs: list[Job], size: int) -> list[list[Job]]:
@@ -107,6 +149,8 @@ class Outputs:
     def summarise(self, jobs: list[Job], made: int = 0, wall_time: float = 0.0, **run) -> dict:
         """Sum the records of ``jobs`` into ``stats.json``, with the rate of this run (``made``
         images in ``wall_time`` seconds) and its other figures ``run``."""
+        from ..core.stats import step_compression  # torch: only once images exist
+
         recs = [json.loads(self._record_path(j).read_text()) for j in jobs if self.done(j)]
         nfe = sum(r["sequence_nfe"] for r in recs)
         ar = sum(r["ar_nfe"] for r in recs)
