@@ -1,5 +1,6 @@
 """Prompt files as jobs: one image and record each, written idempotently; locally or on Ray."""
 
+import io
 import json
 import os
 import random
@@ -17,7 +18,7 @@ from jacobigen.cli import main
 from jacobigen.core.errors import ConfigError
 from jacobigen.models import random_bundle
 from jacobigen.tools.files import read_prompts
-from jacobigen.tools.jobs import Outputs, plan, run_local
+from jacobigen.tools.jobs import Outputs, plan, run_local, started_with
 
 OPTIONS = dict(method="sjd", window=8)
 SRC = Path(__file__).parents[2] / "src"
@@ -66,6 +67,67 @@ def test_local_run_is_idempotent(tmp_path):
     summary = out.summarise(jobs)
     assert summary["images"] == 3 and summary["missing"] == 0 and summary["step_compression"] > 1
     assert json.loads((tmp_path / "stats.json").read_text()) == summary
+
+
+def _finished(out: Outputs, jobs, **record) -> None:
+    """Records and decodable PNGs for ``jobs``, as a run with ``out``'s settings leaves them."""
+    buf = io.BytesIO()
+    Image.new("RGB", (4, 4)).save(buf, format="PNG")
+    for job in jobs:
+        out.write(job, buf.getvalue(), record)
+
+
+def test_a_shifted_seed_is_one_reason_not_one_per_image(tmp_path):
+    _finished(Outputs(tmp_path, {"method": "sjd"}), plan(["red heart", "blue car"], num_images=3))
+    survey = Outputs(tmp_path, {"method": "sjd"}).survey(plan(["red heart", "blue car"], num_images=3, seed=5))
+    assert (
+        list(survey) == ["made with another seed (0, now 5)"] and len(survey["made with another seed (0, now 5)"]) == 6
+    )
+
+
+AUTO = {"method": "auto", "window": None}
+SETTINGS = {"model": "random", "options": {}, "sampling": {}}
+
+
+@pytest.mark.parametrize(
+    "method, window, auto",
+    [
+        ("gsd", 8, AUTO),  # lossy
+        ("no-such-method", 8, AUTO),
+        ("sjd-pac", 16, {"method": "scd-gs", "window": None}),  # not the method named
+        ("scd-gs", 16, {"method": "auto", "window": 8}),  # not the window named
+    ],
+)
+def test_an_edited_record_cannot_make_auto_resume_with_a_method_it_never_chooses(tmp_path, method, window, auto):
+    jobs = plan(["red heart"])
+    _finished(Outputs(tmp_path, SETTINGS), jobs, auto=auto, method=method, window=window)
+    with pytest.raises(ConfigError, match=f"00000.json says --method {auto['method']} chose {method} at window"):
+        started_with(tmp_path, jobs, SETTINGS, auto)
+
+
+@pytest.mark.parametrize(
+    "method, window, auto", [("scd-gs", 16, AUTO), ("ar", 1, {"method": "auto", "window": 8}), ("sjd", 8, AUTO)]
+)
+def test_a_record_auto_could_have_made_is_resumed(tmp_path, method, window, auto):
+    jobs = plan(["red heart"])
+    _finished(Outputs(tmp_path, SETTINGS), jobs, auto=auto, method=method, window=window)
+    assert started_with(tmp_path, jobs, SETTINGS, auto) == (method, window)
+
+
+def test_a_rerun_for_another_target_redoes_the_images_both_ways(tmp_path):
+    pytest.importorskip("torchao")
+    f = tmp_path / "p.txt"
+    f.write_text("red heart\n")
+    args = ["generate", "--model", "random", "--prompts", str(f), "--out-dir", str(tmp_path / "out"), "--no-progress"]
+    args += ["--method", "sjd", "--window", "8"]
+    assert CliRunner().invoke(main, [*args, "--quantize", "int8"]).exit_code == 0
+    full = CliRunner().invoke(main, args)
+    assert full.exit_code == 0, full.output
+    assert "redoing 1 image(s) (00000.png ...): made for another target (quantize int8, now none" in full.output
+    back = CliRunner().invoke(main, [*args, "--quantize", "int8"])
+    assert "redoing 1 image(s) (00000.png ...): made for another target (quantize none (full precision), now int8)" in (
+        back.output
+    )
 
 
 def test_cli_prompts_file(tmp_path):

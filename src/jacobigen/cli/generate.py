@@ -243,7 +243,7 @@ def _generate_folder(texts, num_images, model: ModelChoice, decoding: Decoding, 
     settings: dict = {
         "model": model.spec,
         "weights": weights_id(model.spec),
-        **({"quantize": model.quantize} if model.quantize else {}),  # another target: images made without it redo
+        "quantize": model.quantize,  # the target: an image made for another (int8, or full precision) is redone
         "options": decoding.options,
         "sampling": decoding.sampling,
     }

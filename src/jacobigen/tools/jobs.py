@@ -108,33 +108,43 @@ class Outputs:
 
     def why_redo(self, job: Job) -> str:
         """Why ``job`` must be made: '' when its image is on disk, decodes, and its record matches."""
+        return self._why(job)[1]
+
+    def _why(self, job: Job) -> tuple[str, str]:
+        """(the kind of reason, the reason in words with the first value that differs)."""
         try:
             rec = json.loads(self._record_path(job).read_text())
         except FileNotFoundError:
-            return "missing"
+            return "missing", "missing"
         except (OSError, ValueError):
-            return "unreadable record"
-        changed = [k for k, v in self.expected(job).items() if rec.get(k) != v]
+            return "unreadable", "unreadable record"
+        expected = self.expected(job)
+        changed = [k for k, v in expected.items() if rec.get(k) != v]
         if changed:
             k = changed[0]
-            return f"made with another {k} ({rec.get(k)!r}, now {self.expected(job)[k]!r})"
+            if k == "quantize":  # None is the full-precision target
+                was, now = (v or "none (full precision)" for v in (rec.get(k), expected[k]))
+                return k, f"made for another target (quantize {was}, now {now})"
+            return k, f"made with another {k} ({rec.get(k)!r}, now {expected[k]!r})"
         try:
             with Image.open(self.folder / f"{job.name}.png") as img:
                 img.verify()
         except Exception:  # noqa: BLE001 - missing, truncated or not an image: all mean redo
-            return "image missing or does not decode"
-        return ""
+            return "image", "image missing or does not decode"
+        return "", ""
 
     def done(self, job: Job) -> bool:
         return not self.why_redo(job)
 
     def survey(self, jobs: Iterable[Job]) -> dict[str, list[Job]]:
-        """Jobs to make, by reason (``missing``, or why an image on disk cannot be kept)."""
+        """Jobs to make, by reason (``missing``, or why an image on disk cannot be kept): one entry per
+        kind of reason, in the words of its first image (a shifted seed is one entry, not one per image)."""
         out: dict[str, list[Job]] = {}
+        words: dict[str, str] = {}
         for job in jobs:
-            reason = self.why_redo(job)
-            if reason:
-                out.setdefault(reason, []).append(job)
+            kind, reason = self._why(job)
+            if kind:
+                out.setdefault(words.setdefault(kind, reason), []).append(job)
         return out
 
     def pending(self, jobs: Iterable[Job]) -> list[Job]:
@@ -191,8 +201,34 @@ def started_with(folder: Path, jobs: list[Job], settings: dict, auto: dict) -> t
             continue
         method, window = rec.get("method"), rec.get("window")
         if isinstance(method, str) and isinstance(window, int) and not isinstance(window, bool) and window >= 1:
-            return method, window
+            return _auto_could_choose(folder / f"{job.name}.json", method, window, auto)
     return None
+
+
+def _auto_could_choose(record: Path, method: str, window: int, auto: dict) -> tuple[str, int]:
+    """The (method, window) of ``record`` if auto, asked ``auto``, could have chosen it: a lossless
+    method (the one named, when one was) at the window asked. An edited record is refused rather than
+    resumed with a method the run did not ask for."""
+    from ..decode.methods import get_method
+
+    asked, asked_window = auto.get("method"), auto.get("window")
+    try:
+        spec = get_method(method)
+        fits = (
+            spec.lossless
+            and (window == spec.window if spec.window else asked_window in (None, window))  # ar: window 1
+            and (asked == "auto" or spec.name == get_method(asked).name)
+        )
+    except ConfigError:
+        fits = False
+    if not fits:
+        named = "" if asked == "auto" else f", {asked}"
+        at = "" if asked_window is None else f" at window {asked_window}"
+        raise ConfigError(
+            f"{record} says --method {asked} chose {method} at window {window}, which it never chooses "
+            f"(a lossless method{named}{at}): the record was edited; delete it, or name --method and --window"
+        )
+    return spec.name, window
 
 
 def render(pipe: ModelBundle, jobs: list[Job], batch_size: int | None = None, **options) -> list[tuple[bytes, dict]]:
