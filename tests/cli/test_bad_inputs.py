@@ -233,6 +233,13 @@ CASES = [
         writes="{tmp}/w.png",
     ),
     Case(
+        "a model size that is not a number",
+        "heart --model lumina2:{tmp}/l2?size=abc --dry-run",
+        2,
+        "model option size='abc': give a whole number of pixels",
+        early=False,
+    ),
+    Case(
         "a checkpoint folder that does not exist",
         "heart --model chameleon:{tmp}/none",
         1,
@@ -269,6 +276,8 @@ def files(tmp_path_factory):
     (tmp / "od2" / "stats.json").mkdir(parents=True)
     (tmp / "od3").mkdir()
     os.mkfifo(tmp / "od3" / "00002.png")
+    (tmp / "l2").mkdir()
+    (tmp / "l2" / "config.json").write_text("{}")  # enough for the memory plan to read the size
     (tmp / "null.png").symlink_to("/dev/null")
     return tmp
 
