@@ -12,6 +12,7 @@ from click.testing import CliRunner
 
 from jacobigen import ConfigError, WeightsError, generate
 from jacobigen.cli import main
+from jacobigen.core.checks import integer
 from jacobigen.core.errors import OutputError
 from jacobigen.core.layout import ImageLayout
 from jacobigen.decode.methods import METHODS, get_method
@@ -289,6 +290,8 @@ API = [
     ("layout ids None", lambda: ImageLayout(4, 4, None), ConfigError, "a (first, end) pair of ints"),
     ("layout header negative", lambda: ImageLayout(4, 4, (0, 9), header=(-1,)), ConfigError, "header must hold"),
     ("layout eol as text", lambda: ImageLayout(4, 4, (0, 9), eol_id="9"), ConfigError, "eol_id must be an int"),
+    ("a count as text", lambda: integer("n", "x"), ConfigError, "n must be an integer, got 'x'"),
+    ("a seed as a fraction", _generate(seed=[1.5]), ConfigError, "seed must be an integer in [0, 4294967295]"),
     ("model spec None", lambda: load_bundle(None), ConfigError, "model must be a spec string"),
     ("model spec an int", lambda: load_bundle(5), ConfigError, "got 5"),
     ("size not a number", lambda: model_options("emu3", "size=abc", {"size"}), ConfigError, "whole number"),

@@ -35,6 +35,11 @@ def test_prompt_file_parsing(tmp_path):
         (2, "blue car", 12),
         (3, "blue car", 13),
     ]
+    f.write_bytes(b"red heart\rblue car\r\r# a comment\rgreen tree\r\ncaf\xc3\xa9")  # bare CRs, as old Macs wrote
+    assert read_prompts(f) == ["red heart", "blue car", "green tree", "café"]
+    f.write_bytes(b"red heart\rcaf\xe9\r")
+    with pytest.raises(ConfigError, match="line 2: not UTF-8 \\(byte 0xe9 at column 4"):
+        read_prompts(f)
     f.write_text("# nothing\n")
     with pytest.raises(ConfigError, match="no prompts"):
         read_prompts(f)

@@ -25,14 +25,15 @@ def _range(lo, hi, lo_open: bool = False) -> str:
 
 def integer(name: str, value, lo: int | None = None, hi: int | None = None) -> int:
     """``value`` as an int (NumPy integers welcome; bools, floats and text are not)."""
+    need = " ".join(filter(None, ("an integer", _range(lo, hi))))
     try:
         if isinstance(value, bool):
             raise TypeError
         v = operator.index(value)
     except TypeError:
-        raise ConfigError(f"{name} must be an integer {_range(lo, hi)}, got {value!r}") from None
+        raise ConfigError(f"{name} must be {need}, got {value!r}") from None
     if (lo is not None and v < lo) or (hi is not None and v > hi):
-        raise ConfigError(f"{name} must be an integer {_range(lo, hi)}, got {v}")
+        raise ConfigError(f"{name} must be {need}, got {v}")
     return v
 
 

@@ -22,13 +22,16 @@ MAX_PROMPT_FILE = 64 << 20  # the whole prompt file (a path like /dev/zero never
 
 def read_prompts(path: str | Path) -> list[str]:
     """One prompt per line; blank lines and lines starting with '#' are skipped. Read line by line
-    with a size cap; the file must be UTF-8 (a leading byte-order mark is dropped)."""
+    with a size cap; a line ends at LF, CRLF or a bare CR (old Mac files); the file must be UTF-8 (a
+    leading byte-order mark is dropped)."""
     path = Path(path)
     prompts, total = [], 0
     try:
-        with open(path, "rb") as f:
+        # Latin-1 maps each byte to one character, so universal newlines split the raw bytes (UTF-8
+        # never uses CR or LF inside a character) and each line is checked as UTF-8 below.
+        with open(path, encoding="latin-1", newline=None) as f:
             for number in itertools.count(1):
-                raw = f.readline(MAX_LINE_BYTES + 1)
+                raw = f.readline(MAX_LINE_BYTES + 1).encode("latin-1")
                 if not raw:
                     break
                 total += len(raw)
