@@ -4,7 +4,11 @@ line's refusals are rows of tests/cli/test_bad_inputs.py; batch invariance is te
 
 import errno
 import os
+import resource
 import shutil
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -329,3 +333,29 @@ def test_tokens_are_unchanged_by_the_checks():
     a = generate(MODEL, PROMPT, layout=LAYOUT, method="vp+pac", window=8, seed=3)
     b = generate(MODEL, PROMPT, layout=LAYOUT, method="pac+vp", window=8, seed=3)
     assert torch.equal(a.tokens, b.tokens) and a.method.name == b.method.name == "sjd+pac+vp"
+
+
+AS_LIMIT = 3 << 29  # 1.5 GiB of address space: torch imports in ~0.6, a batch of 200 images' caches needs ~5
+SRC = Path(__file__).parents[2] / "src"
+
+
+def test_out_of_memory_under_a_limit_is_one_line(tmp_path):
+    """Under ``ulimit -v``, torch's CPU allocator raises a plain RuntimeError: it is told as out of
+    memory, with exit code 1 and nothing written."""
+
+    def limit():
+        resource.setrlimit(resource.RLIMIT_AS, (AS_LIMIT, AS_LIMIT))
+
+    out = tmp_path / "a.png"
+    args = ["generate", "heart", "--method", "sjd", "--window", "8", "--batch-size", "200", "--num-images", "200"]
+    path = os.pathsep.join(filter(None, [str(SRC), os.environ.get("PYTHONPATH")]))
+    res = subprocess.run(
+        [sys.executable, "-m", "jacobigen.cli", *args, "--out", str(out), "--no-progress"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": path},
+        timeout=180,
+        preexec_fn=limit,
+    )
+    assert res.returncode == 1 and res.stderr.startswith("Error: out of memory (torch could not get "), res.stderr
+    assert "MiB more on the CPU" in res.stderr and res.stderr.count("\n") == 1 and not out.exists()
