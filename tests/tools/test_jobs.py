@@ -18,7 +18,7 @@ from jacobigen.cli import main
 from jacobigen.core.errors import ConfigError
 from jacobigen.models import random_bundle
 from jacobigen.tools.files import read_prompts
-from jacobigen.tools.jobs import Outputs, plan, run_local, started_with
+from jacobigen.tools.jobs import Outputs, check_folder, plan, run_local, started_with
 
 OPTIONS = dict(method="sjd", window=8)
 SRC = Path(__file__).parents[2] / "src"
@@ -88,6 +88,16 @@ def test_a_shifted_seed_is_one_reason_not_one_per_image(tmp_path):
     assert (
         list(survey) == ["made with another seed (0, now 5)"] and len(survey["made with another seed (0, now 5)"]) == 6
     )
+
+
+def test_the_folder_check_follows_symlinks_as_the_writer_does(tmp_path):
+    (tmp_path / "00000.png").symlink_to(tmp_path / "elsewhere.png")  # dangling: writing creates the target
+    (tmp_path / "00007.json").mkdir()  # past the run's jobs: not its file
+    (tmp_path / "notes.json").mkdir()
+    check_folder(tmp_path, 3)
+    (tmp_path / "00001.json").symlink_to("/dev/null")
+    with pytest.raises(ConfigError, match="00001.json is a device, where the run writes a file"):
+        check_folder(tmp_path, 3)
 
 
 AUTO = {"method": "auto", "window": None}

@@ -34,6 +34,10 @@ def _as_click(e: Exception) -> click.ClickException:
         return BadInput(str(e))
     if isinstance(e, JacobigenError):
         return click.ClickException(str(e))
+    if isinstance(e, ImportError) and "failed to map segment" in str(e):  # a shared library past the limit
+        return click.ClickException(
+            f"out of memory while loading a library ({e}): raise the memory limit (ulimit -v) or free memory"
+        )
     short = _out_of_memory(e)
     if short is not None:
         return click.ClickException(f"out of memory{short}: lower --batch-size, --window, --num-images or --size")

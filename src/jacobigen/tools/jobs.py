@@ -77,6 +77,8 @@ def check_folder(folder: Path, count: int, prompts_file: Path | None = None) -> 
                 continue
             try:
                 mode = os.stat(entry.path).st_mode
+            except FileNotFoundError:  # a dangling symlink: writing creates its target
+                continue
             except OSError as e:
                 raise ConfigError(f"cannot use {entry.path} in --out-dir: {e.strerror or e}") from e
             if not stat.S_ISREG(mode):
