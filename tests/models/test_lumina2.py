@@ -198,6 +198,7 @@ def _broken_copy(release, tmp_path, name: str, data: bytes | None):
     [
         (b"{not json", "config.json is not JSON"),
         (b"[1, 2]", "config.json holds a JSON list, not an object"),
+        (b"[" * 100_000, "config.json is not JSON (maximum recursion depth"),
         ('{"model_type": "caf\u00e9"}'.encode("latin-1"), "config.json is not UTF-8 (byte 0xe9"),
         ({"num_attention_heads": 0}, "num_attention_heads must be a whole number >= 1, got 0"),
         ({"hidden_size": -32}, "hidden_size must be a whole number >= 1, got -32"),

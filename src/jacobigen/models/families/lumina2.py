@@ -64,7 +64,7 @@ def read_config(path: Path) -> TransformerConfig:
         raise WeightsError(f"cannot read {file}: {e.strerror or e}") from e
     except UnicodeDecodeError as e:
         raise WeightsError(f"{file} is not UTF-8 (byte 0x{e.object[e.start]:02x} at offset {e.start})") from None
-    except ValueError as e:  # JSONDecodeError, or nesting too deep
+    except (ValueError, RecursionError) as e:  # JSONDecodeError, or nesting too deep
         raise WeightsError(f"{file} is not JSON ({e}): is it a Lumina-mGPT 2.0 config?") from None
     if not isinstance(raw, dict):
         raise WeightsError(f"{file} holds a JSON {type(raw).__name__}, not an object: is it a Lumina-mGPT 2.0 config?")
