@@ -210,6 +210,7 @@ def _broken_copy(release, tmp_path, name: str, data: bytes | None):
     ids=[
         "not-json",
         "a-list",
+        "too-deep",
         "not-utf8",
         "zero-heads",
         "negative-width",
