@@ -96,6 +96,41 @@ CASES = [
         2,
         "this file system takes 255: shorten it",
     ),
+    Case(
+        "a prompt that is not UTF-8",
+        "caf\udce9 --model random --out {tmp}/u.png",
+        2,
+        "prompt 1 is not UTF-8 text (byte 0xe9 at character 4)",
+        writes="{tmp}/u.png",
+    ),
+    Case(
+        "more than 10^6 images in one run",
+        "--prompts {tmp}/many.txt --num-images 1001 --dry-run",
+        2,
+        "1000 prompt(s) x 1001 make 1,001,000 images, more than one run makes (1,000,000)",
+    ),
+    # every file a folder run writes is checked before any work (issue 61)
+    Case(
+        "a folder named like a record in --out-dir",
+        "--prompts {tmp}/ok.txt --model random --method sjd --window 8 --out-dir {tmp}/od1",
+        2,
+        "od1/00000.json is a folder, where the run writes a file",
+        writes="{tmp}/od1/00000.png",
+    ),
+    Case(
+        "a folder named stats.json in --out-dir",
+        "--prompts {tmp}/ok.txt --model random --method sjd --window 8 --out-dir {tmp}/od2",
+        2,
+        "od2/stats.json is a folder, where the run writes a file",
+        writes="{tmp}/od2/00000.png",
+    ),
+    Case(
+        "a FIFO at an image of --out-dir",
+        "--prompts {tmp}/ok.txt --num-images 3 --model random --method sjd --window 8 --out-dir {tmp}/od3",
+        2,
+        "od3/00002.png is a FIFO, where the run writes a file",
+        writes="{tmp}/od3/00000.png",
+    ),
     Case("--size with --prompts", "--prompts {tmp}/ok.txt --size 64", 2, "--size sets the tiles of one sheet"),
     Case("a method option given twice", "heart -o alpha=0.5 -o alpha=0.7", 2, "option alpha is given twice"),
     Case("--threads far above the cores", "heart --threads 100000", 2, "100000 threads on"),
@@ -198,6 +233,13 @@ CASES = [
         writes="{tmp}/w.png",
     ),
     Case(
+        "a model size that is not a number",
+        "heart --model lumina2:{tmp}/l2?size=abc --dry-run",
+        2,
+        "model option size='abc': give a whole number of pixels",
+        early=False,
+    ),
+    Case(
         "a checkpoint folder that does not exist",
         "heart --model chameleon:{tmp}/none",
         1,
@@ -227,8 +269,15 @@ def files(tmp_path_factory):
     (tmp / "latin1.txt").write_bytes(b"red heart\ncaf\xe9 au lait\n")
     (tmp / "comments.txt").write_text("# nothing\n\n")
     (tmp / "ok.txt").write_text("red heart\n")
+    (tmp / "many.txt").write_text("".join(f"prompt {i}\n" for i in range(1000)))
     (tmp / "file").write_text("a file, not a folder\n")
     os.mkfifo(tmp / "fifo.png")
+    (tmp / "od1" / "00000.json").mkdir(parents=True)
+    (tmp / "od2" / "stats.json").mkdir(parents=True)
+    (tmp / "od3").mkdir()
+    os.mkfifo(tmp / "od3" / "00002.png")
+    (tmp / "l2").mkdir()
+    (tmp / "l2" / "config.json").write_text("{}")  # enough for the memory plan to read the size
     (tmp / "null.png").symlink_to("/dev/null")
     return tmp
 
@@ -288,6 +337,7 @@ def table() -> str:
     rows = ["| bad input | `jacobigen generate ...` | exit | the message says |", "|---|---|---|---|"]
     for c in CASES:
         args = c.args.replace("{tmp}/", "").replace("{tmp}", "DIR").replace("{port}", "PORT")
+        args = args.encode("utf-8", "backslashreplace").decode()  # a byte that is not UTF-8, as \udcXX
         rows.append(f"| {c.what} | `{args}` | {c.code} | {c.says.replace('|', '/')} |")
     return "\n".join(rows)
 

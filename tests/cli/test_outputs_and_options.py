@@ -4,7 +4,11 @@ line's refusals are rows of tests/cli/test_bad_inputs.py; batch invariance is te
 
 import errno
 import os
+import resource
 import shutil
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -12,6 +16,7 @@ from click.testing import CliRunner
 
 from jacobigen import ConfigError, WeightsError, generate
 from jacobigen.cli import main
+from jacobigen.core.checks import integer
 from jacobigen.core.errors import OutputError
 from jacobigen.core.layout import ImageLayout
 from jacobigen.decode.methods import METHODS, get_method
@@ -97,7 +102,7 @@ def test_a_replaced_output_keeps_its_permissions(tmp_path):
     assert out.read_bytes() == b"new" and (out.stat().st_mode & 0o777) == 0o640
 
 
-@pytest.mark.parametrize("name", ["00000.png", "00000.json", "stats.json"])
+@pytest.mark.parametrize("name", ["00000.png", "00000.json", "stats.json", ".jacobigen.lock"])
 def test_a_prompts_file_the_folder_run_would_overwrite_is_refused(tmp_path, name):
     folder = tmp_path / "od"
     folder.mkdir()
@@ -108,6 +113,21 @@ def test_a_prompts_file_the_folder_run_would_overwrite_is_refused(tmp_path, name
     )
     assert res.exit_code == 2 and "name the run writes" in res.output, res.output
     assert prompts.read_text() == "a red heart\n" and sorted(p.name for p in folder.iterdir()) == [name]
+
+
+def test_a_dry_run_of_a_folder_run_creates_nothing_and_says_what_it_would_do(tmp_path):
+    (tmp_path / "p.txt").write_text("red heart\nblue car\n")
+    out = tmp_path / "new" / "out"
+    base = ["generate", "--prompts", str(tmp_path / "p.txt"), "--out-dir", str(out), "--dry-run", "--num-images", "3"]
+    res = CliRunner().invoke(main, [*base, "--model", "random"])
+    assert res.exit_code == 0 and "memory plan" in res.output, res.output
+    assert f"dry run: 6 image(s) would go to {out}; nothing made" in res.output
+    res = CliRunner().invoke(main, [*base, "--ray", "--method", "sjd", "--window", "8", "--workers", "3"])
+    assert res.exit_code == 0 and "each of the 3 Ray worker(s) loads default on its own machine" in res.output, (
+        res.output
+    )
+    assert "dry run: 6 image(s)" in res.output
+    assert not (tmp_path / "new").exists()
 
 
 def test_an_output_that_is_an_input_is_refused(tmp_path):
@@ -274,6 +294,8 @@ API = [
     ("layout ids None", lambda: ImageLayout(4, 4, None), ConfigError, "a (first, end) pair of ints"),
     ("layout header negative", lambda: ImageLayout(4, 4, (0, 9), header=(-1,)), ConfigError, "header must hold"),
     ("layout eol as text", lambda: ImageLayout(4, 4, (0, 9), eol_id="9"), ConfigError, "eol_id must be an int"),
+    ("a count as text", lambda: integer("n", "x"), ConfigError, "n must be an integer, got 'x'"),
+    ("a seed as a fraction", _generate(seed=[1.5]), ConfigError, "seed must be an integer in [0, 4294967295]"),
     ("model spec None", lambda: load_bundle(None), ConfigError, "model must be a spec string"),
     ("model spec an int", lambda: load_bundle(5), ConfigError, "got 5"),
     ("size not a number", lambda: model_options("emu3", "size=abc", {"size"}), ConfigError, "whole number"),
@@ -311,3 +333,37 @@ def test_tokens_are_unchanged_by_the_checks():
     a = generate(MODEL, PROMPT, layout=LAYOUT, method="vp+pac", window=8, seed=3)
     b = generate(MODEL, PROMPT, layout=LAYOUT, method="pac+vp", window=8, seed=3)
     assert torch.equal(a.tokens, b.tokens) and a.method.name == b.method.name == "sjd+pac+vp"
+
+
+AS_LIMIT = 3 << 29  # 1.5 GiB of address space: torch imports in ~0.6, a batch of 200 images' caches needs ~5
+SRC = Path(__file__).parents[2] / "src"
+
+
+@pytest.mark.parametrize(
+    "limit, says",
+    [
+        (AS_LIMIT, "Error: out of memory (torch could not get "),  # a plain RuntimeError from its CPU allocator
+        (300 << 20, "Error: out of memory while loading a library ("),  # libtorch_cpu.so cannot be mapped
+    ],
+    ids=["allocating", "importing-torch"],
+)
+def test_out_of_memory_under_a_limit_is_one_line(tmp_path, limit, says):
+    """Under ``ulimit -v``, torch fails in ways Python does not call MemoryError: each is told as out
+    of memory, one line with exit code 1, and nothing is written."""
+
+    def set_limit():
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+    out = tmp_path / "a.png"
+    args = ["generate", "heart", "--method", "sjd", "--window", "8", "--batch-size", "200", "--num-images", "200"]
+    path = os.pathsep.join(filter(None, [str(SRC), os.environ.get("PYTHONPATH")]))
+    res = subprocess.run(
+        [sys.executable, "-m", "jacobigen.cli", *args, "--out", str(out), "--no-progress"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": path},
+        timeout=180,
+        preexec_fn=set_limit,
+    )
+    assert res.returncode == 1 and res.stderr.startswith(says), res.stderr
+    assert res.stderr.count("\n") == 1 and "unexpected" not in res.stderr and not out.exists()

@@ -3,6 +3,7 @@ released file layout: our decoder against transformers' Chameleon, our MoVQGAN d
 diffusers' MoVQ, its token layout (row separators, the 155000 id offset) through every decoder."""
 
 import json
+import shutil
 
 import numpy as np
 import pytest
@@ -180,6 +181,72 @@ def test_broken_folders_are_weights_errors(tmp_path, release):
     (tmp_path / "b" / "config.json").write_text(json.dumps(raw | {"num_hidden_layers": 3}))
     with pytest.raises(WeightsError, match="layers.2"):
         load_bundle(f"lumina2:{tmp_path / 'b'}?size=256")
+
+
+def _broken_copy(release, tmp_path, name: str, data: bytes | None):
+    """The release folder with file ``name`` replaced by ``data`` (None: removed)."""
+    folder = tmp_path / "broken"
+    shutil.copytree(release[0], folder)
+    if data is None:
+        (folder / name).unlink()
+    else:
+        (folder / name).write_bytes(data)
+    return folder
+
+
+@pytest.mark.parametrize(
+    "data, says",
+    [
+        (b"{not json", "config.json is not JSON"),
+        (b"[1, 2]", "config.json holds a JSON list, not an object"),
+        (b"[" * 100_000, "config.json is not JSON (maximum recursion depth"),
+        ('{"model_type": "caf\u00e9"}'.encode("latin-1"), "config.json is not UTF-8 (byte 0xe9"),
+        ({"num_attention_heads": 0}, "num_attention_heads must be a whole number >= 1, got 0"),
+        ({"hidden_size": -32}, "hidden_size must be a whole number >= 1, got -32"),
+        ({"num_hidden_layers": 0}, "num_hidden_layers must be a whole number >= 1, got 0"),
+        ({"vocab_size": "many"}, "vocab_size must be a whole number >= 1, got 'many'"),
+        ({"num_key_value_heads": 3}, "num_key_value_heads 3 do not divide"),
+        ({"rms_norm_eps": -1.0}, "rms_norm_eps must be a finite number > 0, got -1.0"),
+    ],
+    ids=[
+        "not-json",
+        "a-list",
+        "too-deep",
+        "not-utf8",
+        "zero-heads",
+        "negative-width",
+        "zero-layers",
+        "text-vocab",
+        "kv-heads",
+        "eps",
+    ],
+)
+def test_a_broken_config_json_is_a_weights_error_naming_the_file_and_field(release, tmp_path, data, says):
+    if isinstance(data, dict):
+        raw = json.loads((release[0] / "config.json").read_text())
+        data = json.dumps(raw | data).encode()
+    folder = _broken_copy(release, tmp_path, "config.json", data)
+    with pytest.raises(WeightsError) as info:
+        load_bundle(f"lumina2:{folder}?size=256")
+    assert str(folder / "config.json") in str(info.value) and says in str(info.value)
+
+
+def test_a_missing_tokenizer_json_is_named(release, tmp_path):
+    folder = _broken_copy(release, tmp_path, "tokenizer.json", None)
+    with pytest.raises(WeightsError, match="has no tokenizer.json") as info:
+        load_bundle(f"lumina2:{folder}?size=256")
+    assert "sentencepiece" not in str(info.value)
+
+
+@pytest.mark.parametrize("cut", [0, 100, None], ids=["empty", "truncated-head", "bytes-zeroed"])
+def test_a_corrupt_movqgan_is_unreadable_not_a_trust_question(release, tmp_path, cut):
+    good = (release[0] / "movqgan_270M.ckpt").read_bytes()
+    data = good[:cut] if cut is not None else good[:1000] + bytes(5000) + good[6000:]
+    folder = _broken_copy(release, tmp_path, "movqgan_270M.ckpt", data)
+    with pytest.raises(WeightsError, match="not a readable PyTorch checkpoint") as info:
+        load_bundle(f"lumina2:{folder}?size=256")
+    for nudge in ("trust", "weights_only", "issue"):
+        assert nudge not in str(info.value)
 
 
 # --- decoding -----------------------------------------------------------------------------------------

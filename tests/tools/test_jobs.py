@@ -1,5 +1,6 @@
 """Prompt files as jobs: one image and record each, written idempotently; locally or on Ray."""
 
+import io
 import json
 import os
 import random
@@ -17,7 +18,7 @@ from jacobigen.cli import main
 from jacobigen.core.errors import ConfigError
 from jacobigen.models import random_bundle
 from jacobigen.tools.files import read_prompts
-from jacobigen.tools.jobs import Outputs, plan, run_local
+from jacobigen.tools.jobs import Outputs, check_folder, plan, run_local, started_with
 
 OPTIONS = dict(method="sjd", window=8)
 SRC = Path(__file__).parents[2] / "src"
@@ -34,6 +35,11 @@ def test_prompt_file_parsing(tmp_path):
         (2, "blue car", 12),
         (3, "blue car", 13),
     ]
+    f.write_bytes(b"red heart\rblue car\r\r# a comment\rgreen tree\r\ncaf\xc3\xa9")  # bare CRs, as old Macs wrote
+    assert read_prompts(f) == ["red heart", "blue car", "green tree", "café"]
+    f.write_bytes(b"red heart\rcaf\xe9\r")
+    with pytest.raises(ConfigError, match="line 2: not UTF-8 \\(byte 0xe9 at column 4"):
+        read_prompts(f)
     f.write_text("# nothing\n")
     with pytest.raises(ConfigError, match="no prompts"):
         read_prompts(f)
@@ -66,6 +72,77 @@ def test_local_run_is_idempotent(tmp_path):
     summary = out.summarise(jobs)
     assert summary["images"] == 3 and summary["missing"] == 0 and summary["step_compression"] > 1
     assert json.loads((tmp_path / "stats.json").read_text()) == summary
+
+
+def _finished(out: Outputs, jobs, **record) -> None:
+    """Records and decodable PNGs for ``jobs``, as a run with ``out``'s settings leaves them."""
+    buf = io.BytesIO()
+    Image.new("RGB", (4, 4)).save(buf, format="PNG")
+    for job in jobs:
+        out.write(job, buf.getvalue(), record)
+
+
+def test_a_shifted_seed_is_one_reason_not_one_per_image(tmp_path):
+    _finished(Outputs(tmp_path, {"method": "sjd"}), plan(["red heart", "blue car"], num_images=3))
+    survey = Outputs(tmp_path, {"method": "sjd"}).survey(plan(["red heart", "blue car"], num_images=3, seed=5))
+    assert (
+        list(survey) == ["made with another seed (0, now 5)"] and len(survey["made with another seed (0, now 5)"]) == 6
+    )
+
+
+def test_the_folder_check_follows_symlinks_as_the_writer_does(tmp_path):
+    (tmp_path / "00000.png").symlink_to(tmp_path / "elsewhere.png")  # dangling: writing creates the target
+    (tmp_path / "00007.json").mkdir()  # past the run's jobs: not its file
+    (tmp_path / "notes.json").mkdir()
+    check_folder(tmp_path, 3)
+    (tmp_path / "00001.json").symlink_to("/dev/null")
+    with pytest.raises(ConfigError, match="00001.json is a device, where the run writes a file"):
+        check_folder(tmp_path, 3)
+
+
+AUTO = {"method": "auto", "window": None}
+SETTINGS = {"model": "random", "options": {}, "sampling": {}}
+
+
+@pytest.mark.parametrize(
+    "method, window, auto",
+    [
+        ("gsd", 8, AUTO),  # lossy
+        ("no-such-method", 8, AUTO),
+        ("sjd-pac", 16, {"method": "scd-gs", "window": None}),  # not the method named
+        ("scd-gs", 16, {"method": "auto", "window": 8}),  # not the window named
+    ],
+)
+def test_an_edited_record_cannot_make_auto_resume_with_a_method_it_never_chooses(tmp_path, method, window, auto):
+    jobs = plan(["red heart"])
+    _finished(Outputs(tmp_path, SETTINGS), jobs, auto=auto, method=method, window=window)
+    with pytest.raises(ConfigError, match=f"00000.json says --method {auto['method']} chose {method} at window"):
+        started_with(tmp_path, jobs, SETTINGS, auto)
+
+
+@pytest.mark.parametrize(
+    "method, window, auto", [("scd-gs", 16, AUTO), ("ar", 1, {"method": "auto", "window": 8}), ("sjd", 8, AUTO)]
+)
+def test_a_record_auto_could_have_made_is_resumed(tmp_path, method, window, auto):
+    jobs = plan(["red heart"])
+    _finished(Outputs(tmp_path, SETTINGS), jobs, auto=auto, method=method, window=window)
+    assert started_with(tmp_path, jobs, SETTINGS, auto) == (method, window)
+
+
+def test_a_rerun_for_another_target_redoes_the_images_both_ways(tmp_path):
+    pytest.importorskip("torchao")
+    f = tmp_path / "p.txt"
+    f.write_text("red heart\n")
+    args = ["generate", "--model", "random", "--prompts", str(f), "--out-dir", str(tmp_path / "out"), "--no-progress"]
+    args += ["--method", "sjd", "--window", "8"]
+    assert CliRunner().invoke(main, [*args, "--quantize", "int8"]).exit_code == 0
+    full = CliRunner().invoke(main, args)
+    assert full.exit_code == 0, full.output
+    assert "redoing 1 image(s) (00000.png ...): made for another target (quantize int8, now none" in full.output
+    back = CliRunner().invoke(main, [*args, "--quantize", "int8"])
+    assert "redoing 1 image(s) (00000.png ...): made for another target (quantize none (full precision), now int8)" in (
+        back.output
+    )
 
 
 def test_cli_prompts_file(tmp_path):

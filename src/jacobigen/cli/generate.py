@@ -11,9 +11,10 @@ from pathlib import Path
 import click
 from click.core import ParameterSource
 
-from ..tools.files import FolderLock, atomic_write, check_writable, not_written, read_prompts
-from .group import main
+from ..tools.files import FolderLock, atomic_write, check_writable, read_prompts
+from .group import BadInput, main
 from .options import Decoding, ModelChoice, decoding_options, model_options
+from .params import check_prompts
 from .report import check_outputs, image_format, image_grid, images_only, report
 
 MAX_IMAGES = 1_000_000  # --num-images
@@ -117,18 +118,34 @@ def generate(
     if compile_step and folder_run:
         raise click.UsageError("--compile applies to one sheet; --prompts/--ray runs decode eagerly")
     _check_combination(prompts, prompts_file, use_ray, address, out, decoding, model, trace)
+    check_prompts(prompts)
     if folder_run:
         if click.get_current_context().get_parameter_source("size") is not ParameterSource.DEFAULT:
             raise click.UsageError("--size sets the tiles of one sheet; --prompts/--ray write each image as made")
         texts = read_prompts(prompts_file) if prompts_file else list(prompts)
-        decoding.seeds(len(texts) * num_images)
-        check_writable(out_dir, "--out-dir", folder=True)
-        if prompts_file:
-            not_written(prompts_file, out_dir)
+        n = len(texts) * num_images
+        if n > MAX_IMAGES:
+            raise click.BadParameter(
+                f"{len(texts)} prompt(s) x {num_images} make {n:,} images, more than one run makes "
+                f"({MAX_IMAGES:,}): split the prompts over several runs",
+                param_hint="--num-images",
+            )
+        decoding.seeds(n)
+        _check_out_dir(out_dir, dry_run)
+        from ..tools.jobs import check_folder
+
+        check_folder(out_dir, n, prompts_file)
         decoding.check_method()
-        if not use_ray:  # Ray workers are other machines
-            model.check_memory(decoding, min(len(texts) * num_images, chunk), dry_run)
+        if use_ray:  # Ray workers are other machines, each loading its own model
+            if dry_run:
+                click.echo(
+                    f"memory plan: each of the {workers} Ray worker(s) loads {model.spec} on its own machine: "
+                    "run this command there without --ray for its plan"
+                )
+        else:
+            model.check_memory(decoding, min(n, chunk), dry_run)
         if dry_run:
+            click.echo(f"dry run: {n} image(s) would go to {out_dir}; nothing made")
             return
         return _generate_folder(texts, num_images, model, decoding, Folder(out_dir, chunk, use_ray, address, workers))
     out = out or Path("out.png")
@@ -164,6 +181,18 @@ def generate(
     image_grid(images, size).save(buf, format=fmt)
     atomic_write(out, buf.getvalue(), "--out")
     report(bundle, gen, texts, seeds, decoding, out, trace, choice)
+
+
+def _check_out_dir(out_dir: Path, dry_run: bool) -> None:
+    """--out-dir writable before any work; a dry run creates nothing, so it checks the nearest folder
+    that exists instead of a missing --out-dir."""
+    if not dry_run or out_dir.exists():
+        check_writable(out_dir, "--out-dir", folder=True)
+        return
+    existing = next(p for p in out_dir.absolute().parents if p.exists())
+    if not existing.is_dir():
+        raise BadInput(f"cannot write --out-dir {out_dir}: {existing} is not a folder")
+    check_writable(existing, "--out-dir's folder", folder=True)
 
 
 def _check_combination(prompts, prompts_file, use_ray, address, out, decoding, model, trace) -> None:
@@ -214,7 +243,7 @@ def _generate_folder(texts, num_images, model: ModelChoice, decoding: Decoding, 
     settings: dict = {
         "model": model.spec,
         "weights": weights_id(model.spec),
-        **({"quantize": model.quantize} if model.quantize else {}),  # another target: images made without it redo
+        "quantize": model.quantize,  # the target: an image made for another (int8, or full precision) is redone
         "options": decoding.options,
         "sampling": decoding.sampling,
     }

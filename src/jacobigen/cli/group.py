@@ -7,6 +7,7 @@ running is one line too (exit 1); ``jacobigen --debug ...`` shows the traceback 
 
 from __future__ import annotations
 
+import re
 import warnings
 
 import click
@@ -33,11 +34,30 @@ def _as_click(e: Exception) -> click.ClickException:
         return BadInput(str(e))
     if isinstance(e, JacobigenError):
         return click.ClickException(str(e))
-    if isinstance(e, MemoryError):
-        return click.ClickException("out of memory: lower --batch-size, --window, --num-images or --size")
+    if isinstance(e, ImportError) and "failed to map segment" in str(e):  # a shared library past the limit
+        return click.ClickException(
+            f"out of memory while loading a library ({e}): raise the memory limit (ulimit -v) or free memory"
+        )
+    short = _out_of_memory(e)
+    if short is not None:
+        return click.ClickException(f"out of memory{short}: lower --batch-size, --window, --num-images or --size")
     return click.ClickException(
         f"unexpected {type(e).__name__}: {e} (rerun as `jacobigen --debug ...` for the traceback, and please report it)"
     )
+
+
+def _out_of_memory(e: Exception) -> str | None:
+    """What could not be allocated when ``e`` is an out-of-memory error (Python's MemoryError, or
+    torch's: the CPU allocator raises a plain RuntimeError, CUDA's an OutOfMemoryError); else None."""
+    text = str(e)
+    cpu = re.search(r"can't allocate memory: you tried to allocate (\d+) bytes", text)
+    if cpu:
+        mib = int(cpu[1]) / 2**20
+        return f" (torch could not get {mib:,.1f} MiB more on the CPU: a limit such as ulimit -v, or other processes)"
+    if type(e).__name__ == "OutOfMemoryError":  # torch.OutOfMemoryError, without importing torch here
+        cuda = re.search(r"Tried to allocate ([\d.]+ [KMGT]?i?B)", text)
+        return f" (torch could not get {cuda[1] if cuda else 'more'} on the GPU)"
+    return "" if isinstance(e, MemoryError) else None
 
 
 class Main(click.Group):

@@ -86,11 +86,11 @@ class ModelChoice:
         made before any weight loads; None when the model's shape is known only once loaded."""
         from ..core.quantize import check_mode
         from ..models import memory
-        from ..models.load import resolve_device
+        from ..models.load import check_spec, resolve_device
 
         device = resolve_device(self.device)
         check_mode(self.quantize, device)  # int4 off CUDA, or no torchao: said before the plan
-        shape = memory.shape_of(self.spec)
+        shape = memory.shape_of(check_spec(self.spec))
         if shape is None:
             return None
         cfg = {**decoding.sampling, **(sampling or {})}.get("cfg")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import click
 
-from ..core.checks import number, parse_options
+from ..core.checks import number, parse_options, text
 from ..core.errors import ConfigError
 
 RESERVED = {
@@ -65,3 +65,13 @@ def options_of(pairs: tuple[str, ...]) -> dict:
     for key in options.keys() & RESERVED:
         raise click.BadParameter(f"{key} is not a method option: use --{key.replace('_', '-')}", param_hint=f"-o {key}")
     return options
+
+
+def check_prompts(prompts) -> None:
+    """PROMPTS as text the tokenizer can encode, before torch loads (bytes that are not UTF-8 reach
+    ``sys.argv`` as lone surrogates, which fail only once the model has loaded)."""
+    for i, prompt in enumerate(prompts, 1):
+        try:
+            text(f"prompt {i}", prompt)
+        except ConfigError as e:
+            raise click.BadParameter(str(e), param_hint="PROMPTS") from e

@@ -10,7 +10,7 @@ import click
 from ..tools.files import atomic_write
 from .group import BadInput, main
 from .options import Decoding, ModelChoice, decoding_options, model_options
-from .params import Finite
+from .params import Finite, check_prompts
 from .report import check_outputs, image_grid, report
 
 CLIP_FORMATS = {".gif": "GIF", ".png": "PNG", ".apng": "PNG", ".webp": "WEBP"}  # animated, by Pillow
@@ -59,6 +59,7 @@ def generate_video(
     prompts, model: ModelChoice, decoding: Decoding, frames, num_clips, out, size, fps, trace, force, dry_run
 ):
     """Generate clips for PROMPTS with any method and report how many forward passes it took."""
+    check_prompts(prompts)
     n = len(prompts) * num_clips
     if n > MAX_CLIPS:
         raise click.BadParameter(

@@ -25,14 +25,15 @@ def _range(lo, hi, lo_open: bool = False) -> str:
 
 def integer(name: str, value, lo: int | None = None, hi: int | None = None) -> int:
     """``value`` as an int (NumPy integers welcome; bools, floats and text are not)."""
+    need = " ".join(filter(None, ("an integer", _range(lo, hi))))
     try:
         if isinstance(value, bool):
             raise TypeError
         v = operator.index(value)
     except TypeError:
-        raise ConfigError(f"{name} must be an integer {_range(lo, hi)}, got {value!r}") from None
+        raise ConfigError(f"{name} must be {need}, got {value!r}") from None
     if (lo is not None and v < lo) or (hi is not None and v > hi):
-        raise ConfigError(f"{name} must be an integer {_range(lo, hi)}, got {v}")
+        raise ConfigError(f"{name} must be {need}, got {v}")
     return v
 
 
@@ -50,6 +51,19 @@ def number(name: str, value, lo: float | None = None, hi: float | None = None, l
         what = f" {_range(lo, hi, lo_open)}" if lo is not None or hi is not None else ""
         raise ConfigError(f"{name} must be a finite number{what}, got {value!r}")
     return v
+
+
+def text(name: str, value: str) -> str:
+    """``value`` as text UTF-8 can encode: a lone surrogate (bytes that were not UTF-8, decoded by
+    Python with ``surrogateescape`` as in ``sys.argv``, or a JSON escape such as ``"\\ud800"``) is
+    refused here rather than where a tokenizer meets it."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as e:
+        char = ord(value[e.start])
+        what = f"byte 0x{char - 0xDC00:02x}" if 0xDC80 <= char <= 0xDCFF else f"a lone surrogate U+{char:04X}"
+        raise ConfigError(f"{name} is not UTF-8 text ({what} at character {e.start + 1}): give it as UTF-8") from None
+    return value
 
 
 MAX_SEED = 2**32 - 1  # seeds are 32-bit keys of the counter-based generator (rng.py)

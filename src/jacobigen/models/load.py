@@ -242,6 +242,18 @@ def load_bundle(
     return bundle
 
 
+def check_spec(spec: str) -> str:
+    """A family spec's options (``lumina2:DIR?size=768``) checked before anything reads them (the
+    memory plan reads the size before any weight loads); which option a family takes is checked
+    where it loads (:func:`jacobigen.models.families.load_family`)."""
+    from .families import FAMILIES, OPTIONS, model_options
+
+    family, _, path = spec.partition(":")
+    if family.lower() in FAMILIES:
+        model_options(family, path.partition("?")[2], OPTIONS)
+    return spec
+
+
 def _load(spec: str, device: str, trust_checkpoint: bool) -> ModelBundle:
     if spec == "random":
         return random_bundle(device=device)

@@ -22,13 +22,16 @@ MAX_PROMPT_FILE = 64 << 20  # the whole prompt file (a path like /dev/zero never
 
 def read_prompts(path: str | Path) -> list[str]:
     """One prompt per line; blank lines and lines starting with '#' are skipped. Read line by line
-    with a size cap; the file must be UTF-8 (a leading byte-order mark is dropped)."""
+    with a size cap; a line ends at LF, CRLF or a bare CR (old Mac files); the file must be UTF-8 (a
+    leading byte-order mark is dropped)."""
     path = Path(path)
     prompts, total = [], 0
     try:
-        with open(path, "rb") as f:
+        # Latin-1 maps each byte to one character, so universal newlines split the raw bytes (UTF-8
+        # never uses CR or LF inside a character) and each line is checked as UTF-8 below.
+        with open(path, encoding="latin-1", newline=None) as f:
             for number in itertools.count(1):
-                raw = f.readline(MAX_LINE_BYTES + 1)
+                raw = f.readline(MAX_LINE_BYTES + 1).encode("latin-1")
                 if not raw:
                     break
                 total += len(raw)
@@ -150,17 +153,6 @@ def distinct(outputs: dict[str, str | Path | None], inputs: dict[str, str | Path
         if key in seen:
             raise ConfigError(f"{seen[key]} and {what} both write {path}: give each its own file")
         seen[key] = what
-
-
-def not_written(prompts_file: str | Path, out_dir: str | Path) -> None:
-    """A ``--prompts`` file in ``--out-dir`` under a name the run writes (``NNNNN.png``, its
-    ``NNNNN.json`` record, ``stats.json``) would be overwritten by an image or a record: refused."""
-    path = Path(os.path.realpath(prompts_file))
-    if path.parent == Path(os.path.realpath(out_dir)) and path.suffix in (".png", ".json"):
-        raise ConfigError(
-            f"--prompts {prompts_file} lies in --out-dir {out_dir} under a name the run writes (images, records, "
-            "stats.json): move it, or pick another --out-dir"
-        )
 
 
 def atomic_write(path: str | Path, data: bytes, what: str = "output") -> None:

@@ -14,17 +14,21 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
+import stat
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from PIL import Image
 
 from ..core.checks import image_seeds
-from ..core.errors import JacobigenError
-from ..core.stats import step_compression
-from ..models.bundle import ModelBundle
-from .files import atomic_write, check_writable, sweep_temporaries
+from ..core.errors import ConfigError, JacobigenError
+from .files import FILE_KINDS, atomic_write, check_writable, sweep_temporaries
+
+if TYPE_CHECKING:  # torch-free at import: the command line checks a folder before torch loads
+    from ..models.bundle import ModelBundle
 
 
 @dataclass(frozen=True)
@@ -42,6 +46,46 @@ def plan(prompts: list[str], num_images: int = 1, seed: int = 0) -> list[Job]:
     """Job i is image i: prompts in order, ``num_images`` each, seed ``seed + i``."""
     texts = [p for p in prompts for _ in range(num_images)]
     return [Job(i, p, s) for i, (p, s) in enumerate(zip(texts, image_seeds(seed, len(texts)), strict=True))]
+
+
+RUN_FILES = ("stats.json", ".jacobigen.lock")  # besides the jobs' files: the summary and FolderLock's file
+JOB_FILE = re.compile(r"(\d{5,})\.(png|json)")
+
+
+def written_by(name: str, count: int) -> bool:
+    """Whether a run of ``count`` jobs writes (or locks) the file ``name`` in its folder."""
+    m = JOB_FILE.fullmatch(name)
+    return name in RUN_FILES or (m is not None and int(m[1]) < count and f"{int(m[1]):05d}" == m[1])
+
+
+def check_folder(folder: Path, count: int, prompts_file: Path | None = None) -> None:
+    """Every file a run of ``count`` jobs writes in ``folder``, checked before any work: a regular
+    file (or a symlink to one) or nothing, since a folder, FIFO or device there would fail (or block)
+    only once images are made; and the ``prompts_file`` the run reads is none of them."""
+    if prompts_file is not None:
+        path = Path(os.path.realpath(prompts_file))
+        if path.parent == Path(os.path.realpath(folder)) and written_by(path.name, count):
+            raise ConfigError(
+                f"--prompts {prompts_file} lies in --out-dir {folder} under a name the run writes (images, records, "
+                "stats.json, its lock): move it, or pick another --out-dir"
+            )
+    if not folder.is_dir():
+        return  # a dry run creates nothing
+    with os.scandir(folder) as entries:
+        for entry in entries:
+            if not written_by(entry.name, count):
+                continue
+            try:
+                mode = os.stat(entry.path).st_mode
+            except FileNotFoundError:  # a dangling symlink: writing creates its target
+                continue
+            except OSError as e:
+                raise ConfigError(f"cannot use {entry.path} in --out-dir: {e.strerror or e}") from e
+            if not stat.S_ISREG(mode):
+                kind = FILE_KINDS.get(stat.S_IFMT(mode), "special file")
+                raise ConfigError(
+                    f"{entry.path} is a {kind}, where the run writes a file: move it away, or pick another --out-dir"
+                )
 
 
 def chunks(jobs: list[Job], size: int) -> list[list[Job]]:
@@ -66,33 +110,43 @@ class Outputs:
 
     def why_redo(self, job: Job) -> str:
         """Why ``job`` must be made: '' when its image is on disk, decodes, and its record matches."""
+        return self._why(job)[1]
+
+    def _why(self, job: Job) -> tuple[str, str]:
+        """(the kind of reason, the reason in words with the first value that differs)."""
         try:
             rec = json.loads(self._record_path(job).read_text())
         except FileNotFoundError:
-            return "missing"
+            return "missing", "missing"
         except (OSError, ValueError):
-            return "unreadable record"
-        changed = [k for k, v in self.expected(job).items() if rec.get(k) != v]
+            return "unreadable", "unreadable record"
+        expected = self.expected(job)
+        changed = [k for k, v in expected.items() if rec.get(k) != v]
         if changed:
             k = changed[0]
-            return f"made with another {k} ({rec.get(k)!r}, now {self.expected(job)[k]!r})"
+            if k == "quantize":  # None is the full-precision target
+                was, now = (v or "none (full precision)" for v in (rec.get(k), expected[k]))
+                return k, f"made for another target (quantize {was}, now {now})"
+            return k, f"made with another {k} ({rec.get(k)!r}, now {expected[k]!r})"
         try:
             with Image.open(self.folder / f"{job.name}.png") as img:
                 img.verify()
         except Exception:  # noqa: BLE001 - missing, truncated or not an image: all mean redo
-            return "image missing or does not decode"
-        return ""
+            return "image", "image missing or does not decode"
+        return "", ""
 
     def done(self, job: Job) -> bool:
         return not self.why_redo(job)
 
     def survey(self, jobs: Iterable[Job]) -> dict[str, list[Job]]:
-        """Jobs to make, by reason (``missing``, or why an image on disk cannot be kept)."""
+        """Jobs to make, by reason (``missing``, or why an image on disk cannot be kept): one entry per
+        kind of reason, in the words of its first image (a shifted seed is one entry, not one per image)."""
         out: dict[str, list[Job]] = {}
+        words: dict[str, str] = {}
         for job in jobs:
-            reason = self.why_redo(job)
-            if reason:
-                out.setdefault(reason, []).append(job)
+            kind, reason = self._why(job)
+            if kind:
+                out.setdefault(words.setdefault(kind, reason), []).append(job)
         return out
 
     def pending(self, jobs: Iterable[Job]) -> list[Job]:
@@ -107,6 +161,8 @@ class Outputs:
     def summarise(self, jobs: list[Job], made: int = 0, wall_time: float = 0.0, **run) -> dict:
         """Sum the records of ``jobs`` into ``stats.json``, with the rate of this run (``made``
         images in ``wall_time`` seconds) and its other figures ``run``."""
+        from ..core.stats import step_compression  # torch: only once images exist
+
         recs = [json.loads(self._record_path(j).read_text()) for j in jobs if self.done(j)]
         nfe = sum(r["sequence_nfe"] for r in recs)
         ar = sum(r["ar_nfe"] for r in recs)
@@ -147,8 +203,34 @@ def started_with(folder: Path, jobs: list[Job], settings: dict, auto: dict) -> t
             continue
         method, window = rec.get("method"), rec.get("window")
         if isinstance(method, str) and isinstance(window, int) and not isinstance(window, bool) and window >= 1:
-            return method, window
+            return _auto_could_choose(folder / f"{job.name}.json", method, window, auto)
     return None
+
+
+def _auto_could_choose(record: Path, method: str, window: int, auto: dict) -> tuple[str, int]:
+    """The (method, window) of ``record`` if auto, asked ``auto``, could have chosen it: a lossless
+    method (the one named, when one was) at the window asked. An edited record is refused rather than
+    resumed with a method the run did not ask for."""
+    from ..decode.methods import get_method
+
+    asked, asked_window = auto.get("method"), auto.get("window")
+    try:
+        spec = get_method(method)
+        fits = (
+            spec.lossless
+            and (window == spec.window if spec.window else asked_window in (None, window))  # ar: window 1
+            and (asked == "auto" or spec.name == get_method(asked).name)
+        )
+    except ConfigError:
+        fits = False
+    if not fits:
+        named = "" if asked == "auto" else f", {asked}"
+        at = "" if asked_window is None else f" at window {asked_window}"
+        raise ConfigError(
+            f"{record} says --method {asked} chose {method} at window {window}, which it never chooses "
+            f"(a lossless method{named}{at}): the record was edited; delete it, or name --method and --window"
+        )
+    return spec.name, window
 
 
 def render(pipe: ModelBundle, jobs: list[Job], batch_size: int | None = None, **options) -> list[tuple[bytes, dict]]:

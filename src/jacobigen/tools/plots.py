@@ -11,6 +11,12 @@ import matplotlib.pyplot as plt  # noqa: E402
 import torch  # noqa: E402
 
 
+def _legend(ax, **kwargs) -> None:
+    """A legend where the axes hold labelled artists (matplotlib warns about an empty one)."""
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(**kwargs)
+
+
 def plot_fid_vs_speed(
     panels: dict[str, list[tuple[str, float, float, bool]]], noise: float, title: str, path: Path
 ) -> None:
@@ -31,7 +37,7 @@ def plot_fid_vs_speed(
         ax.set_xlabel(xlabel)
         ax.set_ylabel("FID vs ar")
         ax.set_ylim(bottom=0)
-        ax.legend(fontsize=7)
+        _legend(ax, fontsize=7)
     fig.suptitle(title)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
@@ -59,7 +65,7 @@ def plot_bench(rows, cost_curve: dict | None, out_dir: Path, fid: dict | None = 
         ax.set_xticks([j + 0.4 - width / 2 for j in range(len(methods))], methods, rotation=45, ha="right")
         ax.axhline(1, color="grey", lw=0.8)
         ax.set_title(title)
-        ax.legend()
+        _legend(ax)
     fig.tight_layout()
     fig.savefig(out_dir / "speedup.png", dpi=120)
     plt.close(fig)
@@ -84,7 +90,7 @@ def plot_bench(rows, cost_curve: dict | None, out_dir: Path, fid: dict | None = 
         ax.plot(*zip(*pts, strict=True), marker="o", label=m)
     ax.set_xlabel("window")
     ax.set_ylabel("step compression")
-    ax.legend(fontsize=7)
+    _legend(ax, fontsize=7)
     fig.tight_layout()
     fig.savefig(out_dir / "compression_vs_window.png", dpi=120)
     plt.close(fig)
@@ -165,7 +171,7 @@ def _save_log2(fig, ax, xlabel: str, ylabel: str, path: Path) -> None:
     ax.set_xscale("log", base=2)
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
-    ax.legend(fontsize=7)
+    _legend(ax, fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
@@ -215,7 +221,7 @@ def plot_analysis(results: dict, model: str, out: Path) -> None:
     ax_nfe.set(xlabel="coupling strength alpha (0: independent drafts)", ylabel="forward passes per image")
     ax_ham.set(xlabel="coupling strength alpha", ylabel="drafts changed between iterations")
     for ax in (ax_nfe, ax_ham):
-        ax.legend(fontsize=8)
+        _legend(ax, fontsize=8)
     _finish(fig, f"Coupling-strength sweep ({model})", out / "alpha.png")
 
     full = {r["method"]: r["hamming"] for r in alpha if r["alpha"] == 1.0}
@@ -224,7 +230,7 @@ def plot_analysis(results: dict, model: str, out: Path) -> None:
     for i, (m, h) in enumerate(full.items()):
         ax.bar([s + 0.35 * (i - 0.5) for s in steps], [x or 0 for x in h], width=0.35, label=m)
     ax.set(xlabel="iterations apart", ylabel="drafts changed", xticks=list(steps))
-    ax.legend(fontsize=8)
+    _legend(ax, fontsize=8)
     _finish(fig, f"Multi-step Hamming distance at alpha = 1 ({model})", out / "hamming.png")
 
     cfg = results["cfg"]
@@ -233,7 +239,7 @@ def plot_analysis(results: dict, model: str, out: Path) -> None:
         rows = [r for r in cfg if r["method"] == m]
         ax.plot([r["cfg"] for r in rows], [r["step_compression"] for r in rows], "o-", label=m)
     ax.set(xlabel="guidance scale", ylabel="step compression (AR passes / passes)")
-    ax.legend(fontsize=8)
+    _legend(ax, fontsize=8)
     _finish(fig, f"Guidance sweep ({model})", out / "cfg.png")
 
     fig, ax = plt.subplots(figsize=(6, 4))
@@ -248,7 +254,7 @@ def plot_analysis(results: dict, model: str, out: Path) -> None:
             label=f"{m} ({h['single_token_share']:.0%} commit one)",
         )
     ax.set(xlabel="tokens committed in an iteration", ylabel="share of iterations", yscale="log")
-    ax.legend(fontsize=8)
+    _legend(ax, fontsize=8)
     _finish(fig, f"Accepted lengths ({model})", out / "accepted.png")
 
     inf = results["influence"]

@@ -126,18 +126,31 @@ def read_checkpoint(path: Path, what: str, trust: bool = False):
     when unpickled, so it loads only with ``trust`` (``--trust-checkpoint``)."""
     try:
         return torch.load(str(path), map_location="cpu", weights_only=not trust)
-    except pickle.UnpicklingError as e:
-        found = re.search(r"GLOBAL ([\w.]+)", str(e))
-        if trust or found is None:
-            raise WeightsError(f"cannot read {what} weights {path}: {e}") from e
+    except OSError as e:  # missing, a folder, no permission: the file itself may be fine
+        raise WeightsError(f"cannot read {what} weights {path}: {e.strerror or e}") from e
+    except Exception as e:
+        found = re.search(r"GLOBAL ([\w.]+)", str(e)) if isinstance(e, pickle.UnpicklingError) else None
+        if trust or found is None:  # not a trust question: torch's text would still suggest weights_only=False
+            raise WeightsError(
+                f"cannot read {what} weights {path}: not a readable PyTorch checkpoint (corrupt, truncated or "
+                f"another format: {_unreadable(e)}); download it again"
+            ) from e
         raise WeightsError(
             f"{path} pickles a Python object ({found.group(1)}) besides its tensors, as LlamaGen's training "
             f"scripts do with their arguments. Unpickling it could run code, so jacobigen reads only plain "
             f"tensors by default. If you trust this file, pass --trust-checkpoint (Python: "
             f"trust_checkpoint=True); or save its state dict alone once and load that."
         ) from None
-    except Exception as e:
-        raise WeightsError(f"cannot read {what} weights {path}: {e}") from e
+
+
+def _unreadable(e: Exception) -> str:
+    """What stopped ``torch.load``, in a few words (its unpickler's finding, or the first sentence)."""
+    text = str(e)
+    found = re.search(r"WeightsUnpickler error:\s*(.+)", text)
+    first = found.group(1) if found else text.strip().split("\n")[0].split(". ")[0]
+    if isinstance(e, EOFError):
+        return "the file ends early"
+    return f"{type(e).__name__}: {first[:160]}" if first else type(e).__name__
 
 
 def bridge_cache_class():

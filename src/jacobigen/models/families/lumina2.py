@@ -54,38 +54,82 @@ VQ_PLACES = (
 # --- the decoder -----------------------------------------------------------------------------------
 
 
+def read_config(path: Path) -> TransformerConfig:
+    """Our decoder's config from the folder's ``config.json``: a file that is not a JSON object in
+    UTF-8 is a :class:`WeightsError` naming it, before any weight is read."""
+    file = path / "config.json"
+    try:
+        raw = json.loads(file.read_bytes().decode("utf-8"))
+    except OSError as e:
+        raise WeightsError(f"cannot read {file}: {e.strerror or e}") from e
+    except UnicodeDecodeError as e:
+        raise WeightsError(f"{file} is not UTF-8 (byte 0x{e.object[e.start]:02x} at offset {e.start})") from None
+    except (ValueError, RecursionError) as e:  # JSONDecodeError, or nesting too deep
+        raise WeightsError(f"{file} is not JSON ({e}): is it a Lumina-mGPT 2.0 config?") from None
+    if not isinstance(raw, dict):
+        raise WeightsError(f"{file} holds a JSON {type(raw).__name__}, not an object: is it a Lumina-mGPT 2.0 config?")
+    return config_from_json(raw, str(file))
+
+
+def _whole(raw: dict, key: str, what: str, default: int | None = None) -> int:
+    """A size field of ``config.json``: a whole number >= 1 (a 0 or negative size would surface
+    later as a division by zero, or plan negative memory)."""
+    value = raw.get(key)
+    value = default if value is None else value
+    if value is None:
+        raise WeightsError(f"{what} lacks {key}: is it a Lumina-mGPT 2.0 config?")
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise WeightsError(f"{what}: {key} must be a whole number >= 1, got {value!r}")
+    return value
+
+
+def _positive(raw: dict, key: str, what: str, default: float) -> float:
+    value = raw.get(key)
+    value = default if value is None else value
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
+        raise WeightsError(f"{what}: {key} must be a finite number > 0, got {value!r}")
+    return float(value)
+
+
 def config_from_json(raw: dict, what: str = "config.json") -> TransformerConfig:
     """Our decoder's config from a Lumina-mGPT 2.0 (Chameleon) ``config.json`` (RoPE's base as
     transformers 4 writes it, ``rope_theta``, or as 5 does, in ``rope_parameters``); whatever our
-    decoder does not compute is refused by name rather than computed differently."""
+    decoder does not compute is refused by name rather than computed differently, and so is a size
+    that is not a whole number >= 1 or heads that do not divide the width."""
+    rope = raw.get("rope_parameters") or {}
+    if not isinstance(rope, dict):
+        raise WeightsError(f"{what}: rope_parameters must be an object, got {rope!r}")
     refused = {
         "hidden_act": raw.get("hidden_act", "silu") != "silu",
         "attention_bias": bool(raw.get("attention_bias", False)),
         "mlp_bias": bool(raw.get("mlp_bias", False)),
         "rope_scaling": raw.get("rope_scaling") is not None,
-        "rope_parameters": (raw.get("rope_parameters") or {}).get("rope_type", "default") != "default",
+        "rope_parameters": rope.get("rope_type", "default") != "default",
     }
     bad = [k for k, is_bad in refused.items() if is_bad]
     if bad:
         raise ConfigError(f"{what}: {', '.join(f'{k}={raw[k]!r}' for k in bad)}: our decoder does not compute that")
-    try:
-        heads = int(raw["num_attention_heads"])
-        return TransformerConfig(
-            vocab_size=int(raw["vocab_size"]),
-            dim=int(raw["hidden_size"]),
-            n_layers=int(raw["num_hidden_layers"]),
-            n_heads=heads,
-            ffn_dim=int(raw["intermediate_size"]),
-            max_seq_len=int(raw.get("max_position_embeddings", 4096)),
-            rope_theta=float(raw.get("rope_theta") or (raw.get("rope_parameters") or {}).get("rope_theta", 10000.0)),
-            norm_eps=float(raw.get("rms_norm_eps", 1e-5)),
-            n_kv_heads=int(raw.get("num_key_value_heads") or heads),
-            qk_norm="chameleon",
-            swin_norm=bool(raw.get("swin_norm", False)),
-            tie_embeddings=bool(raw.get("tie_word_embeddings", False)),
+    dim, heads = _whole(raw, "hidden_size", what), _whole(raw, "num_attention_heads", what)
+    kv_heads = _whole(raw, "num_key_value_heads", what, heads)
+    if dim % heads or heads % kv_heads:
+        raise WeightsError(
+            f"{what}: hidden_size {dim}, num_attention_heads {heads} and num_key_value_heads {kv_heads} do not "
+            "divide (each head's width is hidden_size / heads, each key/value head serves heads / kv heads)"
         )
-    except (KeyError, TypeError, ValueError) as e:
-        raise WeightsError(f"{what} lacks or garbles {e}: is it a Lumina-mGPT 2.0 config?") from e
+    return TransformerConfig(
+        vocab_size=_whole(raw, "vocab_size", what),
+        dim=dim,
+        n_layers=_whole(raw, "num_hidden_layers", what),
+        n_heads=heads,
+        ffn_dim=_whole(raw, "intermediate_size", what),
+        max_seq_len=_whole(raw, "max_position_embeddings", what, 4096),
+        rope_theta=_positive(raw, "rope_theta", what, rope.get("rope_theta", 10000.0)),
+        norm_eps=_positive(raw, "rms_norm_eps", what, 1e-5),
+        n_kv_heads=kv_heads,
+        qk_norm="chameleon",
+        swin_norm=bool(raw.get("swin_norm", False)),
+        tie_embeddings=bool(raw.get("tie_word_embeddings", False)),
+    )
 
 
 def names(cfg: TransformerConfig) -> NameMap:
@@ -137,7 +181,7 @@ def load_decoder(path: Path, dtype: torch.dtype, device: str) -> Transformer:
     """Our decoder with the checkpoint's weights: q/k/v and gate/up fused, q/k norms stored per
     model-parallel shard (``[model_parallel_size, head_dim]``) repeated over their heads as its
     ``ChameleonLayerNorm`` does."""
-    cfg = config_from_json(json.loads((path / "config.json").read_text()), str(path / "config.json"))
+    cfg = read_config(path)
     tensors = ShardedTensors(path, dtype)
     state, _ = rename_state(tensors, names(cfg), cfg, f"the checkpoint in {path}")  # type: ignore[arg-type]
     for i in range(cfg.n_layers):
@@ -237,12 +281,21 @@ def find_movqgan(path: Path) -> Path | None:
     return next((path / p for p in VQ_PLACES if (path / p).is_file()), None)
 
 
+def check_folder(folder: Path) -> Path:
+    """The files every Lumina-mGPT 2.0 folder needs, there before any weight is read (without
+    ``tokenizer.json`` transformers would fall back to a slow tokenizer and ask for sentencepiece)."""
+    for name in ("config.json", "tokenizer.json"):
+        if not (folder / name).is_file():
+            raise WeightsError(
+                f"{folder} has no {name}: is it a Lumina-mGPT 2.0 checkpoint folder (Alpha-VLLM/Lumina-mGPT-2.0)?"
+            )
+    return folder
+
+
 def load(path: str | Path, device: str = "cpu", size: int | None = None, trust_checkpoint: bool = False) -> ModelBundle:
     """``size``: image side in pixels (default 768). Weights load in bf16 on CUDA, else float32."""
     check_size(size or 768)  # refuse a bad size before reading gigabytes
-    folder = require_dir(path, "Lumina-mGPT 2.0")
-    if not (folder / "config.json").is_file():
-        raise WeightsError(f"{folder} has no config.json: is it a Lumina-mGPT 2.0 checkpoint folder?")
+    folder = check_folder(require_dir(path, "Lumina-mGPT 2.0"))
     model = load_decoder(folder, default_dtype(device), device)
     tokenizer = load_tokenizer(folder, "Lumina-mGPT 2.0")
     ckpt = find_movqgan(folder)
