@@ -149,7 +149,7 @@ def test_figures_follow_model_and_seed():
 
 def test_block_sizes_carve_the_tree_and_count_pjd_segments():
     from jacobigen import METHODS
-    from jacobigen.tools.costs import block_size
+    from jacobigen.decode.costs import block_size
 
     layout = random_bundle().layout  # 16 x 16 with EOL
     assert block_size(METHODS["sjd"].build(16), layout) == 16

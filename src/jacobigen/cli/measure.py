@@ -195,7 +195,7 @@ def bench(
 
 def _write_steps(bundle, model: ModelChoice, path: Path, prompts: list[str], n_seeds: int, threads) -> None:
     """``bench --steps FILE``: the step table of ``bundle`` with its sampling (no timing)."""
-    from ..tools.auto import candidates
+    from ..decode.auto import candidates
     from ..tools.steps import measure_steps, write_table
     from ..tools.threads import choose_threads
 

@@ -24,13 +24,14 @@ from ..core.contract import model_device, sync
 from ..core.errors import ConfigError, JacobigenError
 from ..core.stats import step_compression
 from ..decode.api import generate
+from ..decode.auto import WINDOWS, unbuildable
 from ..decode.capture import Graphed, compile_counts
+from ..decode.costs import block_size, forward_cost_curve
 from ..decode.engine import CompileFallback
 from ..decode.methods import parse_variant
 from ..models.bundle import ModelBundle, encode_one
-from .auto import WINDOWS, choose, unbuildable
+from .auto import choose
 from .bench_rows import BASELINES, PLAIN, Row, Run
-from .costs import block_size, forward_cost_curve
 from .plain_ar import plain_ar
 from .threads import choose_threads, environment, loadavg
 

@@ -15,6 +15,7 @@ import tempfile
 from pathlib import Path
 
 from ..core.errors import ConfigError, OutputError
+from ..core.reading import FILE_KINDS
 
 MAX_LINE_BYTES = 1 << 16  # one prompt line
 MAX_PROMPT_FILE = 64 << 20  # the whole prompt file (a path like /dev/zero never ends)
@@ -80,16 +81,6 @@ def output_path(path: str | Path, what: str, force: bool = False) -> Path:
     if not mode & 0o222 and not force:
         raise ConfigError(f"{what} {shown} is read-only: pass --force to replace it, or name another file")
     return target
-
-
-FILE_KINDS = {  # what is at a path that is not a regular file, in words
-    stat.S_IFDIR: "folder",
-    stat.S_IFCHR: "device",
-    stat.S_IFBLK: "device",
-    stat.S_IFIFO: "FIFO",
-    stat.S_IFSOCK: "socket",
-    stat.S_IFLNK: "symlink",
-}
 
 
 def _temporary(path: Path) -> Path:

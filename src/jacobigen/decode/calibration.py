@@ -10,7 +10,7 @@ need not measure again. It is a cache, nothing more:
   most ``MAX_RECORDS`` records (the least recently used go first) and write a temporary file that
   is renamed over the old one.
 
-A record holds, per machine key (:func:`jacobigen.tools.auto.machine_key`): ``curve`` (seconds
+A record holds, per machine key (:func:`jacobigen.decode.auto.machine_key`): ``curve`` (seconds
 of one forward per block size), ``bookkeeping`` (seconds per iteration outside the forward, per
 ``method@window``), ``measured`` (seconds per image of runs auto chose, per ``method@window|sampling``)
 and ``used`` (when it was last read or written).
@@ -28,8 +28,7 @@ import warnings
 from pathlib import Path
 
 from ..core.errors import ConfigError
-from .files import FILE_KINDS
-from .steps import parse_json, positive, read_bounded
+from ..core.reading import FILE_KINDS, parse_json, positive, read_bounded
 
 FORMAT = "jacobigen-calibration"
 VERSION = 3  # of the records: a change of what a record holds starts them afresh (3: curves in the decode's cache)

@@ -1,0 +1,56 @@
+"""Reading files this process did not write (a cache, a step table, a job's records): bounded,
+never blocking, strict JSON, and a clear :class:`ConfigError` for anything else."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import stat
+from pathlib import Path
+
+from .errors import ConfigError
+
+FILE_KINDS = {  # what is at a path that is not a regular file, in words
+    stat.S_IFDIR: "folder",
+    stat.S_IFCHR: "device",
+    stat.S_IFBLK: "device",
+    stat.S_IFIFO: "FIFO",
+    stat.S_IFSOCK: "socket",
+    stat.S_IFLNK: "symlink",
+}
+
+
+def read_bounded(path: Path, limit: int, what: str) -> bytes:
+    """At most ``limit`` bytes of a regular file (a :class:`ConfigError` for anything else: a FIFO
+    is opened without blocking, a symlink is not followed, a longer file is refused unread)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as e:
+        raise ConfigError(f"cannot read {what} {path}: {e.strerror or e}") from e
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ConfigError(f"{what} {path} is not a regular file")
+        data = f.read(limit + 1)
+    if len(data) > limit:
+        raise ConfigError(f"{what} {path} is larger than {limit} bytes")
+    return data
+
+
+def parse_json(data: bytes) -> object:
+    """Strict JSON: NaN and infinities are refused, and so is nesting too deep to parse."""
+
+    def constant(name):
+        raise ValueError(f"{name} is not a number JSON allows")
+
+    try:
+        return json.loads(data, parse_constant=constant)
+    except (ValueError, RecursionError, UnicodeDecodeError) as e:
+        raise ConfigError(f"not JSON ({type(e).__name__}: {str(e)[:80]})") from None
+
+
+def positive(value, what: str) -> float:
+    """A finite number > 0 (bools are not numbers here)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise ConfigError(f"{what} must be a finite number > 0, got {value!r:.40}")
+    return float(value)
