@@ -113,6 +113,18 @@ def test_a_table_of_other_weights_or_sampling_does_not_apply(machine, tmp_path):
     assert choose(bundle, cache=cache).table is None
 
 
+@pytest.mark.parametrize("nfe", [1e-300, 0.5, LENGTH + 2, 1e300])
+def test_a_table_with_impossible_forwards_is_skipped(machine, tmp_path, nfe):
+    """At least one forward per image, at most one per token and the prefill: nfe 1e-300 once printed a
+    300-digit speedup."""
+    bundle, cache, *_ = machine
+    write_table(tmp_path / "cache" / "steps", bundle, {"scd-mc@16": nfe})
+    with pytest.warns(UserWarning, match=r"scd-mc@16.nfe must be a number from 1 to 273"):
+        assert steps.find_steps(bundle.model, LENGTH, bundle.defaults) is None
+    choice = choose(bundle, cache=cache)
+    assert (choice.method, choice.table) == ("ar", None)
+
+
 def test_measurement_takes_seconds_and_then_nothing(machine, tmp_path):
     """First choice: a few forwards and probe iterations, not pilot images; the second reads the cache."""
     bundle, cache, *_ = machine

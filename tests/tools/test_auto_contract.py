@@ -201,6 +201,29 @@ def test_stats_name_the_chosen_method_and_window(favoured, tmp_path):
     assert record["auto"]["predicted_speedup"] == pytest.approx(3.264 / 1.35)
 
 
+def test_a_ratio_is_called_measured_only_when_ar_was_measured_too(favoured, tmp_path):
+    """ar's time is predicted here (it ran 15-28% high on real CPUs): the run's speed against it is
+    labelled predicted, never "measured"; once a run of ar is remembered, the ratio is measured."""
+    bundle, home = favoured
+    res = cli(PROMPT, "--out", str(tmp_path / "a.png"))
+    assert res.exit_code == 0, res.output
+    line = next(x for x in res.output.splitlines() if x.startswith("speed against ar"))
+    assert line.startswith("speed against ar: predicted 2.42x") and "measured" not in line.split(";")[0], line
+    skey = steps.sampling_key(bundle.defaults)
+    curve = {n: 0.010 + 0.001 * n for n in (1, 8, 16, 32, 64)}
+    seed_record(home, bundle, curve, {auto.label(m, w): 0.001 for m, w in auto.candidates()}, {f"ar@1|{skey}": 3.0})
+    again = cli(PROMPT, "--out", str(tmp_path / "b.png"))
+    line = next(x for x in again.output.splitlines() if x.startswith("speed against ar"))
+    assert line.startswith("speed against ar: measured ") and "ar 3.00 s, measured here" in line, line
+
+
+def test_a_run_of_ar_is_never_set_against_ar(home, tmp_path):
+    """No table: auto runs ar, and is not told it ran at about 0.5x ar (a predicted ar, itself)."""
+    res = cli(PROMPT, "--out", str(tmp_path / "a.png"))
+    assert res.exit_code == 0 and "auto: ar at window 1" in res.output, res.output
+    assert "speed against ar" not in res.output
+
+
 def test_a_resumed_job_keeps_its_method_whatever_the_cache_says(favoured, tmp_path):
     bundle, home = favoured
     prompts, out = tmp_path / "p.txt", tmp_path / "out"
@@ -288,6 +311,7 @@ def cache_text(records) -> str:
         cache_text({"k": {**GOOD, "curve": {"0": 0.01}}}),
         cache_text({"k": GOOD}).replace("0.01", "NaN"),
         cache_text({"k": GOOD}).replace("0.01", "1e999"),
+        cache_text({"k": GOOD}).replace("0.01", "1e-300"),
         "[" * 200_000,
         " " * (calibration.MAX_BYTES + 1),
     ],
@@ -306,6 +330,7 @@ def cache_text(records) -> str:
         "block-0",
         "nan",
         "infinity",
+        "subnormal",
         "deep-nesting",
         "too-large",
     ],

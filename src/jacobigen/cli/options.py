@@ -204,8 +204,8 @@ class Decoding:
             click.echo(f"auto: {choice.method} at window {choice.window} ({choice.reason})")
         else:
             click.echo(
-                f"auto: {choice.method} at window {choice.window}, predicted {choice.speedup:.2f}x ar's speed here "
-                f"({choice.reason}; steps from {choice.table.name}, {where})"
+                f"auto: {choice.method} at window {choice.window}, {choice.basis} {choice.speedup:.2f}x ar's speed "
+                f"here ({choice.reason}; steps from {choice.table.name}, {where})"
             )
         return replace(self, method=choice.method, window=choice.window), choice
 

@@ -54,3 +54,11 @@ def positive(value, what: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
         raise ConfigError(f"{what} must be a finite number > 0, got {value!r:.40}")
     return float(value)
+
+
+def within(value, low: float, high: float, what: str) -> float:
+    """A finite number in [low, high]: what a figure can be, not just > 0 (``nfe: 1e-300`` in a step
+    table made a 300-digit speedup)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
+        raise ConfigError(f"{what} must be a number from {low:g} to {high:g}, got {value!r:.40}")
+    return float(value)

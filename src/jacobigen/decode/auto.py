@@ -125,10 +125,21 @@ class Choice:
 
     @property
     def speedup(self) -> float:
-        """Predicted (or measured) speedup over ``ar`` on this machine; 1 for ``ar``."""
+        """Speedup over ``ar`` on this machine (:attr:`basis` says whether measured); 1 for ``ar``."""
         if self.method == "ar" or not math.isfinite(self.seconds) or self.seconds <= 0:
             return 1.0
         return self.ar_seconds / self.seconds
+
+    @property
+    def ar_measured(self) -> bool:
+        """Whether ``ar_seconds`` comes from a run here (else it is predicted, or NaN without a table)."""
+        return "ar@1" in self.measured
+
+    @property
+    def basis(self) -> str:
+        """ "measured" when both the chosen pair's seconds and ``ar``'s come from runs here, else
+        "predicted": a ratio is called measured only when both its terms were."""
+        return "measured" if self.ar_measured and label(self.method, self.window) in self.measured else "predicted"
 
 
 def machine_key(model, rows: int, context: int, sampling: dict) -> str:
@@ -355,13 +366,16 @@ def _reason(best, found, seconds, ar_seconds, method, measured) -> str:
         gain = ar_seconds / top if math.isfinite(top) and top > 0 else 0.0
         return f"no candidate beats ar by {MARGIN}x (best {gain:.2f}x)"
     how = "measured" if label(*best) in measured else "predicted"
-    return f"{how} {s:.2f} s per image against ar's {ar_seconds:.2f} s" if math.isfinite(ar_seconds) else how
+    if not math.isfinite(ar_seconds):
+        return how
+    ar_how = "measured" if "ar@1" in measured else "predicted"
+    return f"{how} {s:.2f} s per image against ar's {ar_how} {ar_seconds:.2f} s"
 
 
 def remember(choice: Choice, seconds_per_image: float, cache: Path | None) -> None:
     """Keep the measured seconds per image of a run of ``choice`` (one image alone, no other work):
     the next choice uses it instead of the prediction, and drops a method measured slower than ar."""
-    if cache is None or not choice.key or not (math.isfinite(seconds_per_image) and seconds_per_image > 0):
+    if cache is None or not choice.key or not calibration.SECONDS[0] <= seconds_per_image <= calibration.SECONDS[1]:
         return
     records, _ = calibration.load(cache)
     record = records.get(choice.key)

@@ -28,7 +28,7 @@ import warnings
 from pathlib import Path
 
 from ..core.errors import ConfigError
-from ..core.reading import FILE_KINDS, parse_json, positive, read_bounded
+from ..core.reading import FILE_KINDS, parse_json, positive, read_bounded, within
 
 FORMAT = "jacobigen-calibration"
 VERSION = 3  # of the records: a change of what a record holds starts them afresh (3: curves in the decode's cache)
@@ -36,6 +36,7 @@ MAX_BYTES = 1 << 20
 MAX_RECORDS = 32
 MAX_ENTRIES = 64  # per field of a record
 LOCK_SECONDS = 10.0
+SECONDS = (1e-6, 1e6)  # a forward or an image timed here: no run is faster than a microsecond
 
 
 def cache_file() -> Path:
@@ -83,7 +84,7 @@ def _record(rec: object) -> dict:
                 if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < 1e6:
                     raise ConfigError(f"bookkeeping[{k!r}] must be a number >= 0, got {v!r:.40}")
             else:
-                positive(v, f"{field}[{k!r}]")
+                within(v, *SECONDS, f"{field}[{k!r}]")
     if not all(str(k).isdigit() and int(k) >= 1 for k in rec["curve"]):
         raise ConfigError("curve keys must be block sizes >= 1")
     return rec

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from ..core.checks import SAMPLING_KEYS
 from ..core.errors import ConfigError
-from ..core.reading import parse_json, positive, read_bounded
+from ..core.reading import parse_json, positive, read_bounded, within
 from .calibration import cache_file
 
 FORMAT = "jacobigen-steps"
@@ -56,7 +56,10 @@ def label(method: str, window: int) -> str:
     return f"{method}@{window}"
 
 
-def _steps(entry: object, where: str) -> dict[str, float]:
+def _steps(entry: object, where: str, length: int) -> dict[str, float]:
+    """An entry's ``{"method@window": forward passes per image}``, each figure within what an image of
+    ``length`` tokens allows: at least one forward, at most one per token and the prefill; at most
+    ``length`` tokens per iteration."""
     if (
         not isinstance(entry, dict)
         or set(entry) != {"sampling", "made", "steps"}
@@ -68,9 +71,9 @@ def _steps(entry: object, where: str) -> dict[str, float]:
     for name, row in entry["steps"].items():
         if not isinstance(row, dict) or set(row) != {"nfe", "tokens_per_iteration", "images"}:
             raise ConfigError(f"{where}: {name!r} holds exactly nfe, tokens_per_iteration and images")
-        for k in row:
-            positive(row[k], f"{where}: {name}.{k}")
-        out[str(name)] = float(row["nfe"])
+        out[str(name)] = within(row["nfe"], 1, length + 1, f"{where}: {name}.nfe")
+        within(row["tokens_per_iteration"], 1e-6, length, f"{where}: {name}.tokens_per_iteration")
+        positive(row["images"], f"{where}: {name}.images")
     return out
 
 
@@ -84,9 +87,11 @@ def load_table(path: Path) -> dict:
         raise ConfigError(f"{path}: version {data.get('version')!r} or its fields are not those of version {VERSION}")
     if not isinstance(data["entries"], list) or not isinstance(data["fingerprint"], str):
         raise ConfigError(f"{path}: entries must be a list and fingerprint a string")
-    positive(data["layout_length"], f"{path}: layout_length")
+    length = data["layout_length"]
+    if isinstance(length, bool) or not isinstance(length, int) or length < 1:
+        raise ConfigError(f"{path}: layout_length must be a whole number >= 1, got {length!r:.40}")
     for e in data["entries"]:
-        _steps(e, str(path))
+        _steps(e, str(path), length)
         if not isinstance(e["sampling"], str):
             raise ConfigError(f"{path}: an entry's sampling must be a string")
     return data
@@ -129,5 +134,5 @@ def find_steps(model, layout_length: int, sampling: dict) -> tuple[dict[str, flo
                 continue
             for entry in table["entries"]:
                 if entry["sampling"] == key:
-                    return _steps(entry, str(path)), path
+                    return _steps(entry, str(path), layout_length), path
     return None
