@@ -122,9 +122,10 @@ def test_a_checkpoint_without_a_table_runs_ar_and_decodes_no_pilot(spec, home, t
 
 def test_bench_writes_a_table_auto_then_reads(home, tmp_path):
     path = home.parent / "steps" / "random.json"
-    args = ["bench", "--model", "random", "--steps", str(path), "--prompts", "1", "--out", str(tmp_path / "b")]
+    args = ["bench", "--model", "random", "--steps", str(path), "--prompts", "1"]
     res = CliRunner().invoke(main, args)
     assert res.exit_code == 0, res.output
+    assert f"wrote {path}: added the entry of random for sampling " in res.output, res.output
     table = json.loads(path.read_text())
     assert table["entries"][0]["made"]["prompts"] == [PROMPT] and table["entries"][0]["made"]["seeds"] == [0]
     bundle = random_bundle()

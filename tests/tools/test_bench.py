@@ -210,3 +210,46 @@ def test_provenance_names_the_code_and_the_weights():
     assert (git["git_commit"] is not None) == checkout and git["git_dirty"] in ((True, False) if checkout else (None,))
     if checkout:
         assert re.fullmatch("[0-9a-f]{40}", git["git_commit"])
+
+
+# --- bench --steps FILE: a step table, nothing else, and never a file it did not write
+
+
+def steps_cli(path, *more):
+    return CliRunner().invoke(main, ["bench", "--model", "random", "--steps", str(path), "--prompts", "1", *more])
+
+
+def test_steps_refuses_a_file_that_is_no_step_table(tmp_path):
+    notes = tmp_path / "notes.txt"
+    notes.write_text("my notes\n")
+    res = steps_cli(notes)
+    assert res.exit_code == 2 and "exists and is not a step table" in res.output, res.output
+    assert "model:" not in res.output and notes.read_text() == "my notes\n"  # refused before the model loads
+
+
+def test_steps_refuses_another_models_table_and_says_what_it_wrote(tmp_path):
+    from jacobigen.tools.steps import write_table
+
+    other = tmp_path / "other.json"
+    write_table(other, random_bundle(seed=1), {"ar@1": {"nfe": 272, "tokens_per_iteration": 1, "images": 1}}, {}, {})
+    before = other.read_bytes()
+    res = steps_cli(other)
+    assert res.exit_code == 2 and "holds the step table of 'random'" in res.output, res.output
+    assert "a table holds one model's entries" in res.output and other.read_bytes() == before
+    mine = tmp_path / "mine.json"
+    first = steps_cli(mine)
+    assert first.exit_code == 0 and "added the entry of random for sampling" in first.output, first.output
+    assert "(13 method@window rows; 1 entry in the table)" in first.output
+    second = steps_cli(mine, "--temperature", "0.5")
+    assert "added the entry" in second.output and "2 entries in the table" in second.output, second.output
+    third = steps_cli(mine, "--temperature", "0.5")
+    assert "replaced the entry" in third.output and "2 entries in the table" in third.output, third.output
+
+
+@pytest.mark.parametrize(
+    "more", [["--methods", "sjd"], ["--window", "8"], ["--fid", "2"], ["--out", "b"], ["--compile"]]
+)
+def test_steps_refuses_the_options_it_would_ignore(tmp_path, more):
+    res = steps_cli(tmp_path / "t.json", *more)
+    assert res.exit_code == 2 and f"{more[0]} cannot apply with --steps" in res.output, res.output
+    assert not (tmp_path / "t.json").exists()

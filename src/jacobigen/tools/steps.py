@@ -35,26 +35,52 @@ def measure_steps(bundle, pairs: list[tuple[str, int]], prompts: list[str], seed
     return out
 
 
-def write_table(path: Path, bundle, steps: dict, sampling: dict, how: dict) -> None:
-    """Add (or replace) the entry of ``sampling`` in the table at ``path`` for ``bundle``'s weights."""
-    fp, key = fingerprint(bundle.model), sampling_key(sampling)
-    table = None
-    if path.exists():
-        try:
-            table = load_table(path)
-        except ConfigError:
-            table = None
-        if table and (table["fingerprint"] != fp or table["layout_length"] != bundle.layout.length):
-            table = None  # another model's table: replaced
+def existing_table(path: Path) -> dict | None:
+    """The step table already at ``path`` (None: nothing there), checked before any work: anything
+    else there (a user's notes, a broken table) is refused, never replaced."""
+    if not path.exists():
+        return None
+    try:
+        return load_table(path)
+    except ConfigError as e:
+        raise ConfigError(
+            f"--steps {path} exists and is not a step table ({e}); bench --steps adds an entry to a step "
+            "table, or writes a new file: name another file"
+        ) from None
+
+
+def check_model(table: dict | None, path: Path, bundle) -> None:
+    """Refuse to add ``bundle``'s entry to a table of other weights (a table names one model)."""
+    fp, length = fingerprint(bundle.model), bundle.layout.length
+    if table is not None and (table["fingerprint"] != fp or table["layout_length"] != length):
+        raise ConfigError(
+            f"--steps {path} holds the step table of {table['model']!r} (weights {table['fingerprint']}, "
+            f"{table['layout_length']} tokens per image), not of {bundle.name!r} (weights {fp}, {length} tokens): "
+            "a table holds one model's entries; name another file (auto reads every *.json in its steps folder)"
+        )
+
+
+def write_table(path: Path, bundle, steps: dict, sampling: dict, how: dict) -> str:
+    """Add (or replace) the entry of ``sampling`` in the step table at ``path`` for ``bundle``'s weights
+    (anything else at ``path``, or another model's table, is refused); returns what it did, in words."""
+    table = existing_table(path)
+    check_model(table, path, bundle)
+    key = sampling_key(sampling)
     table = table or {
         "format": FORMAT,
         "version": VERSION,
         "model": bundle.name,
-        "fingerprint": fp,
+        "fingerprint": fingerprint(bundle.model),
         "layout_length": bundle.layout.length,
         "entries": [],
     }
+    replaced = any(e["sampling"] == key for e in table["entries"])
     made = {**how, "torch": torch.__version__, "date": time.strftime("%Y-%m-%d")}
     entry = {"sampling": key, "made": made, "steps": steps}
     table["entries"] = [e for e in table["entries"] if e["sampling"] != key] + [entry]
     atomic_write(path, (json.dumps(table, indent=1) + "\n").encode(), "step table")
+    n = len(table["entries"])
+    return (
+        f"{'replaced' if replaced else 'added'} the entry of {table['model']} for sampling {key} "
+        f"({len(steps)} method@window rows; {n} entr{'y' if n == 1 else 'ies'} in the table)"
+    )
