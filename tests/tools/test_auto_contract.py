@@ -4,7 +4,7 @@ outputs and kept by a resumed job, argument checks, and a cache that is only eve
 
 from __future__ import annotations
 
-import fcntl
+import ast
 import inspect
 import json
 import os
@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from filelock import FileLock
 
 from jacobigen import ConfigError
 from jacobigen.cli import main
@@ -249,8 +250,7 @@ def test_a_run_refused_by_the_folder_lock_measures_nothing(home, tmp_path):
     prompts, out = tmp_path / "p.txt", tmp_path / "out"
     prompts.write_text(f"{PROMPT}\n")
     out.mkdir()
-    with open(out / ".jacobigen.lock", "a+") as held:
-        fcntl.flock(held.fileno(), fcntl.LOCK_EX)
+    with FileLock(out / ".jacobigen.lock"):  # another run holds the folder
         res = cli("--prompts", str(prompts), "--out-dir", str(out))
     assert res.exit_code == 1 and "another jacobigen run" in res.output, res.output
     assert "auto:" not in res.output and not home.exists()
@@ -402,8 +402,7 @@ def test_writes_never_follow_a_symlink(home):
 def test_a_held_lock_is_waited_for_then_given_up(home, monkeypatch):
     monkeypatch.setattr(calibration, "LOCK_SECONDS", 0.2)
     calibration.save(home, "a", GOOD)
-    with open(home.with_name(home.name + ".lock"), "a+") as held:
-        fcntl.flock(held.fileno(), fcntl.LOCK_EX)
+    with FileLock(home.with_name(home.name + ".lock")):  # another run's lock
         with pytest.warns(UserWarning, match="stayed locked"):
             calibration.save(home, "b", GOOD)
     assert set(calibration.load(home)[0]) == {"a"}
@@ -415,6 +414,49 @@ def test_the_cache_stays_bounded(home):
     records, dirty = calibration.load(home)
     assert len(records) == calibration.MAX_RECORDS and not dirty and f"k{calibration.MAX_RECORDS + 9}" in records
     assert home.stat().st_size <= calibration.MAX_BYTES
+
+
+def test_the_default_cache_is_the_platforms_user_cache(tmp_path, monkeypatch):
+    import platformdirs
+
+    monkeypatch.delenv("JACOBIGEN_CACHE", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    want = Path(platformdirs.user_cache_dir("jacobigen", appauthor=False)) / "calibration.json"
+    assert calibration.cache_file() == want
+    if sys.platform.startswith("linux"):
+        assert want == tmp_path / "xdg" / "jacobigen" / "calibration.json"
+
+
+def test_the_package_needs_no_posix_only_module():
+    """The cache's and the job folder's locks are filelock's: no module of the package imports fcntl."""
+    src = Path(__file__).resolve().parents[2] / "src" / "jacobigen"
+    for path in src.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            names += [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            assert "fcntl" not in names, path
+
+
+def test_a_folder_named_like_a_table_is_skipped_with_a_warning(home, tmp_path):
+    """A folder ``x.json`` in the steps folder made every run fail ("unexpected IsADirectoryError")."""
+    (home.parent / "steps" / "x.json").mkdir(parents=True)
+    with pytest.warns(UserWarning, match=r"x.json is a folder, not a regular file"):
+        assert steps.find_steps(random_bundle().model, 272, {}) is None
+    res = cli(PROMPT, "--out", str(tmp_path / "a.png"))
+    assert res.exit_code == 0 and "auto: ar at window 1" in res.output, res.output
+
+
+def test_a_symlinked_table_is_followed_and_a_loop_is_named(home, tmp_path):
+    bundle = random_bundle()
+    write_table(tmp_path / "mine", bundle, {"scd-mc@16": 50})
+    folder = home.parent / "steps"
+    folder.mkdir(parents=True)
+    (folder / "link.json").symlink_to(tmp_path / "mine" / "t.json")
+    found = steps.find_steps(bundle.model, bundle.layout.length, bundle.defaults)
+    assert found is not None and found[1] == folder / "link.json" and found[0]["scd-mc@16"] == 50
+    (folder / "loop.json").symlink_to("loop.json")
+    with pytest.warns(UserWarning, match=r"loop.json: it is a symlink loop"):
+        steps.find_steps(random_bundle(seed=2).model, bundle.layout.length, bundle.defaults)
 
 
 def test_the_cache_path_expands_the_home(tmp_path, monkeypatch):

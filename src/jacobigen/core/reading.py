@@ -3,6 +3,7 @@ never blocking, strict JSON, and a clear :class:`ConfigError` for anything else.
 
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
@@ -21,20 +22,43 @@ FILE_KINDS = {  # what is at a path that is not a regular file, in words
 }
 
 
-def read_bounded(path: Path, limit: int, what: str) -> bytes:
-    """At most ``limit`` bytes of a regular file (a :class:`ConfigError` for anything else: a FIFO
-    is opened without blocking, a symlink is not followed, a longer file is refused unread)."""
+NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)  # POSIX flags; 0 where the platform has none (Windows)
+NONBLOCK = getattr(os, "O_NONBLOCK", 0)
+CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+
+
+def read_bounded(path: Path, limit: int, what: str, follow: bool = False) -> bytes:
+    """At most ``limit`` bytes of a regular file (a :class:`ConfigError` for anything else, in words:
+    a folder, a FIFO (opened without blocking), a device; a symlink unless ``follow``, a symlink loop;
+    a longer file is refused unread)."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        fd = os.open(path, os.O_RDONLY | NONBLOCK | CLOEXEC | (0 if follow else NOFOLLOW))
     except OSError as e:
-        raise ConfigError(f"cannot read {what} {path}: {e.strerror or e}") from e
-    with os.fdopen(fd, "rb") as f:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise ConfigError(f"{what} {path} is not a regular file")
-        data = f.read(limit + 1)
+        raise ConfigError(f"cannot read {what} {path}: {_why(path, e, follow)}") from e
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            kind = FILE_KINDS.get(stat.S_IFMT(mode), "special file")
+            raise ConfigError(f"{what} {path} is a {kind}, not a regular file")
+        with os.fdopen(os.dup(fd), "rb") as f:
+            data = f.read(limit + 1)
+    finally:
+        os.close(fd)
     if len(data) > limit:
         raise ConfigError(f"{what} {path} is larger than {limit} bytes")
     return data
+
+
+def _why(path: Path, error: OSError, follow: bool) -> str:
+    """Why a file did not open: a symlink not followed is named as one, not as a loop."""
+    if error.errno == errno.ELOOP and os.path.islink(path):
+        try:
+            os.stat(path)
+        except OSError:
+            return "it is a symlink loop"
+        if not follow:
+            return "it is a symlink, and this file is never read through one"
+    return error.strerror or str(error)
 
 
 def parse_json(data: bytes) -> object:

@@ -14,6 +14,7 @@ a warning: it can only make auto fall back to ``ar``.
 
 from __future__ import annotations
 
+import os
 import warnings
 from pathlib import Path
 
@@ -79,7 +80,7 @@ def _steps(entry: object, where: str, length: int) -> dict[str, float]:
 
 def load_table(path: Path) -> dict:
     """A step table, checked field by field (a :class:`ConfigError` saying what is wrong)."""
-    data = parse_json(read_bounded(path, MAX_TABLE_BYTES, "step table"))
+    data = parse_json(read_bounded(path, MAX_TABLE_BYTES, "step table", follow=True))  # a linked table: read
     keys = {"format", "version", "model", "fingerprint", "layout_length", "entries"}
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise ConfigError(f"{path} is not a {FORMAT} file")
@@ -107,11 +108,15 @@ _seen: dict[tuple, dict | None] = {}  # (path, mtime, size) -> parsed table (Non
 
 
 def _table(path: Path) -> dict | None:
+    """The table at ``path``, parsed once per version of the file; anything else there (a folder named
+    ``*.json``, a FIFO, a symlink loop, a broken table) is skipped with a warning that says what it is."""
     try:
         st = path.stat()
-    except OSError:
-        return None
-    key = (str(path), st.st_mtime_ns, st.st_size)
+        key: tuple = (str(path), st.st_mtime_ns, st.st_size)
+    except OSError:  # nothing there; or a symlink loop, or a link to nothing: load_table says which
+        if not os.path.lexists(path):
+            return None
+        key = (str(path), None, None)
     if key not in _seen:
         try:
             _seen[key] = load_table(path)
