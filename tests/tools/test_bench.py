@@ -106,6 +106,23 @@ def test_settings_side_by_side(tmp_path):
     assert set(json.loads((tmp_path / "bench.json").read_text())["settings"]) == set(results)
 
 
+def test_rows_are_named_records_and_a_repeated_row_runs_once():
+    """run_bench keys rows by Config (method, window, auto), not by positional tuples: a window given
+    twice is one row, timed once per (prompt, seed) (the tuple version timed it twice into one row)."""
+    from jacobigen.tools.bench import Config, _fixed_configs
+
+    rows, extra = run_bench(random_bundle(), ["sjd"], [4, 4], ["red heart"], [0], progress=False, warmup=False)
+    assert [(r.method, r.window, r.runs) for r in rows] == [("ar", 1, 1), ("plain-ar", 1, 1), ("sjd", 4, 1)]
+    assert extra["baseline"]["wall"] in ("ar", "plain-ar")
+    from jacobigen.decode.methods import parse_variant
+
+    specs = [parse_variant(m) for m in ("ar", "sjd-pac[tree_budget=full]")]
+    skipped: dict = {}
+    configs = _fixed_configs(specs, [4, 32], skipped)
+    assert configs == [Config("ar", 1), Config("plain-ar", 1), Config("sjd-pac[tree_budget=full]", 32)]
+    assert list(skipped["skipped"]) == ["sjd-pac[tree_budget=full] @ 4"]
+
+
 def test_compile_failure_is_one_clear_error(monkeypatch):
     def broken(fn, **kwargs):  # compiles "fine", fails at the first call, as inductor does
         def call(*args, **kw):
