@@ -66,10 +66,10 @@ import torch
 from jacobigen.core.masks import block_mask, causal
 from jacobigen.decode import replay
 from jacobigen.decode.capture import Graphed, emulated, forward_of
+from jacobigen.decode.costs import block_size
 from jacobigen.decode.methods import parse_variant, split_variants
 from jacobigen.models.families.chameleon import DEFAULTS, lumina_7b_config
 from jacobigen.models.transformer import Transformer, TransformerConfig
-from jacobigen.tools.costs import block_size
 
 DATASHEET_TBPS = 4.8  # H200 HBM3e
 LUMINA_768 = 2357  # 48 x 48 cells + 48 EOL + end of image

@@ -96,18 +96,10 @@ def layer(module: str, package: str = PACKAGE) -> int | None:
     return LAYERS.index(head)
 
 
-# The one import up the layers, inside a function only: ``generate``'s default method, ``auto``, is
-# chosen from the step tables and this machine's forward costs (tools), when a call asks for it.
-UPWARD_ON_CALL = {("jacobigen.decode.api", "jacobigen.tools.auto")}
-
-
 def upward(edges: list[Import], package: str = PACKAGE) -> list[str]:
-    """Imports from a later layer than the importer's (but the function-level ones ``UPWARD_ON_CALL``
-    allows)."""
+    """Imports from a later layer than the importer's, at module level or inside a function: none is allowed."""
     bad = []
     for e in edges:
-        if not e.module_level and (e.source, e.target) in UPWARD_ON_CALL:
-            continue
         src = layer(e.source, package)
         dst = len(LAYERS) if e.target == package else layer(e.target, package)
         if src is not None and dst is not None and dst > src:
@@ -175,6 +167,13 @@ def test_no_import_from_a_later_layer():
 
 def test_no_module_level_import_cycle():
     assert cycles(imports(SRC)) == []
+
+
+def test_no_import_cycle_even_through_function_level_imports():
+    """The structure check of issue 61: counting the imports inside functions too, no circle (the last
+    one ran decode.api -> tools.auto -> tools.steps -> models.load -> models.bundle -> decode.api)."""
+    every = [Import(e.source, e.target, True, e.line) for e in imports(SRC)]
+    assert cycles(every) == []
 
 
 def test_layers_match_the_design_map():
@@ -259,7 +258,8 @@ def test_checker_on_a_fabricated_graph():
     ]
 
 
-def test_the_allowed_upward_import_is_allowed_only_inside_a_function():
-    source, target = next(iter(UPWARD_ON_CALL))
-    assert upward([Import(source, target, False, 1)]) == []
-    assert upward([Import(source, target, True, 1)]) != []
+def test_an_upward_import_inside_a_function_is_refused_too():
+    """No allow-list: ``auto``, the API's default, once imported ``tools`` from ``decode`` on call."""
+    assert upward([Import("jacobigen.decode.api", "jacobigen.tools.auto", False, 1)]) == [
+        "jacobigen.decode.api (layer decode) imports jacobigen.tools.auto (layer tools) at line 1"
+    ]

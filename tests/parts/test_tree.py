@@ -105,15 +105,30 @@ def test_the_tail_worth_trims_a_tree_but_not_the_decision_to_build_one():
         auto.start(1, 8, "cpu")  # 8 drafts; a record of a chain that seldom passes depth 1
         auto.trials += 100
         auto.hits += torch.tensor([30.0, 0, 0, 0, 0, 0, 0, 0])
-        auto.prepare(torch.tensor([8]))
-        assert auto.worth[0, 3:].max() < 1e-3  # deep drafts are worth nearly nothing over two iterations
-        return int(auto.count(best, 5))
+        view = auto.prepare(torch.tensor([8]))
+        assert view.worth[0, 3:].max() < 1e-3  # deep drafts are worth nearly nothing over two iterations
+        return int(auto.count(view, best, 5))
 
     assert extras(0) == 5  # every value beats the worth of the depth it displaces
     assert [extras(64 * f) for f in (0.01, 0.03, 0.2)] == [3, 2, 1]  # floors 0.01, 0.03, 0.2
     assert extras(64 * 0.2, min_gain=0.12) == 1  # only the 0.30 node beats the floor, but all count for the bar
     assert extras(64 * 0.2, min_gain=0.3) == 0  # a bar the tree's gain does not reach
     assert extras(64 * 0.5) == 0  # no node beats the floor
+
+
+def test_the_budget_returns_one_iterations_values_and_keeps_only_its_record():
+    """prepare() returns reach, worth, calibration, bar and floor; the budget keeps (and declares as
+    STATE) only what the next iteration reads, so a replayed step replaces nothing else."""
+    from jacobigen.parts.tree import AutoBudget, Reach
+
+    auto = AutoBudget(0.05, 0.0)
+    auto.start(2, 4, "cpu")
+    before = set(vars(auto))
+    view = auto.prepare(torch.tensor([4, 2]))
+    assert isinstance(view, Reach) and set(vars(auto)) == before
+    assert set(AutoBudget.STATE) == {"accepted", "hits", "predicted", "trials"} <= before
+    assert view.reach.shape == view.worth.shape == (2, 4) and (view.reach[1, 2:] == 0).all()  # past the image
+    assert view.bar.shape == view.calibration.shape == (2,)
 
 
 @pytest.mark.parametrize("min_gain", [None, 0.5])

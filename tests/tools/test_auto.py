@@ -8,9 +8,11 @@ import json
 import pytest
 
 from jacobigen import ConfigError
+from jacobigen.decode import auto, calibration, steps
 from jacobigen.decode.methods import get_method
 from jacobigen.models import random_bundle
-from jacobigen.tools import auto, calibration, steps
+from jacobigen.tools.auto import choose, model_rows
+from jacobigen.tools.steps import write_table as write_steps
 
 LENGTH = 272  # the random model's image: 16 x 17 tokens
 
@@ -30,13 +32,13 @@ def write_table(folder, bundle, nfe: dict[str, float], sampling: dict | None = N
     """A step table for ``bundle`` in ``folder`` with the given forwards per image (ar: LENGTH)."""
     rows = {k: {"nfe": v, "tokens_per_iteration": LENGTH / v, "images": 2} for k, v in {"ar@1": LENGTH, **nfe}.items()}
     folder.mkdir(parents=True, exist_ok=True)
-    steps.write_table(folder / "t.json", bundle, rows, sampling or bundle.defaults, {"by": "test"})
+    write_steps(folder / "t.json", bundle, rows, sampling or bundle.defaults, {"by": "test"})
 
 
 def seed_record(cache, bundle, curve: dict[int, float], bookkeeping: dict[str, float], measured=None):
     """The calibration record a choice on ``bundle``'s first example prompt reads."""
-    rows = auto.example_rows(bundle)[:1]
-    key = auto.record_key(bundle.model, bundle.layout, rows, bundle.defaults)
+    model, rows = model_rows(bundle, bundle.defaults)
+    key = auto.record_key(model, bundle.layout, rows, bundle.defaults)
     record = {"used": 1.0, "curve": {str(k): v for k, v in curve.items()}, "bookkeeping": bookkeeping}
     calibration.save(cache, key, {**record, "measured": measured or {}})
 
@@ -56,7 +58,7 @@ def test_the_fewest_forwards_times_their_cost_wins_by_the_margin(machine, tmp_pa
     bundle, cache, curve, kept = machine
     write_table(tmp_path / "cache" / "steps", bundle, {"scd-mc@16": 50, "scd-mc@64": 30, "scd-gs@8": 100})
     seed_record(cache, bundle, curve, kept)
-    choice = auto.choose(bundle, cache=cache)
+    choice = choose(bundle, cache=cache)
     # ar: 272 x (11 ms + 1 ms) = 3.264 s; scd-mc@16: 50 x (26 + 1) ms = 1.35 s; @64: 30 x 75 ms = 2.25 s
     assert (choice.method, choice.window) == ("scd-mc", 16) and not choice.calibrated
     assert choice.seconds == pytest.approx(1.35) and choice.ar_seconds == pytest.approx(3.264)
@@ -70,7 +72,7 @@ def test_a_gain_within_the_margin_runs_ar(machine, tmp_path):
     # scd-mc@8: 180 x (18 + 1) ms = 3.42 s > ar's 3.264 s; scd-gs@8: 162 x 19 ms = 3.078 s, 1.06x: noise
     write_table(tmp_path / "cache" / "steps", bundle, {"scd-mc@8": 180, "scd-gs@8": 162})
     seed_record(cache, bundle, curve, kept)
-    choice = auto.choose(bundle, cache=cache)
+    choice = choose(bundle, cache=cache)
     assert (choice.method, choice.window) == ("ar", 1) and choice.speedup == 1.0
     assert "1.1x" in choice.reason and "1.06x" in choice.reason
 
@@ -81,11 +83,11 @@ def test_a_measurement_beats_the_prediction(machine, tmp_path):
     skey = steps.sampling_key(bundle.defaults)
     # predicted 1.35 s, but measured 4 s: slower than ar's 3.264 s, so dropped; scd-gs@16 (60 x 27 ms) runs
     seed_record(cache, bundle, curve, kept, {f"scd-mc@16|{skey}": 4.0})
-    choice = auto.choose(bundle, cache=cache)
+    choice = choose(bundle, cache=cache)
     assert (choice.method, choice.window) == ("scd-gs", 16)
     assert choice.seconds == pytest.approx(1.62) and choice.measured == {"scd-mc@16": 4.0}
     auto.remember(choice, 5.0, cache)  # scd-gs@16 measured slower than ar too: ar runs
-    assert (auto.choose(bundle, cache=cache).method, auto.choose(bundle, cache=cache).window) == ("ar", 1)
+    assert (choose(bundle, cache=cache).method, choose(bundle, cache=cache).window) == ("ar", 1)
 
 
 def test_a_model_without_a_table_runs_ar_and_decodes_nothing(machine, monkeypatch):
@@ -96,10 +98,10 @@ def test_a_model_without_a_table_runs_ar_and_decodes_nothing(machine, monkeypatc
 
     monkeypatch.setattr(auto, "_probe", no_decoding)
     monkeypatch.setattr(type(bundle), "generate", no_decoding)
-    choice = auto.choose(bundle, cache=cache)
+    choice = choose(bundle, cache=cache)
     assert (choice.method, choice.window, choice.table) == ("ar", 1, None)
     assert "no step table" in choice.reason
-    named = auto.choose(bundle, "scd-mc", cache=cache)  # a named method: its smallest window
+    named = choose(bundle, "scd-mc", cache=cache)  # a named method: its smallest window
     assert (named.method, named.window) == ("scd-mc", min(auto.WINDOWS))
 
 
@@ -108,27 +110,51 @@ def test_a_table_of_other_weights_or_sampling_does_not_apply(machine, tmp_path):
     write_table(tmp_path / "cache" / "steps", random_bundle(seed=1), {"scd-mc@16": 50})
     write_table(tmp_path / "cache" / "steps2", bundle, {"scd-mc@16": 50}, {"temperature": 0.5})
     assert steps.find_steps(bundle.model, LENGTH, bundle.defaults) is None
-    assert auto.choose(bundle, cache=cache).table is None
+    assert choose(bundle, cache=cache).table is None
+
+
+@pytest.mark.parametrize("nfe", [1e-300, 0.5, LENGTH + 2, 1e300])
+def test_a_table_with_impossible_forwards_is_skipped(machine, tmp_path, nfe):
+    """At least one forward per image, at most one per token and the prefill: nfe 1e-300 once printed a
+    300-digit speedup."""
+    bundle, cache, *_ = machine
+    write_table(tmp_path / "cache" / "steps", bundle, {"scd-mc@16": nfe})
+    with pytest.warns(UserWarning, match=r"scd-mc@16.nfe must be a number from 1 to 273"):
+        assert steps.find_steps(bundle.model, LENGTH, bundle.defaults) is None
+    choice = choose(bundle, cache=cache)
+    assert (choice.method, choice.table) == ("ar", None)
 
 
 def test_measurement_takes_seconds_and_then_nothing(machine, tmp_path):
     """First choice: a few forwards and probe iterations, not pilot images; the second reads the cache."""
     bundle, cache, *_ = machine
     write_table(tmp_path / "cache" / "steps", bundle, {f"{m}@{w}": 40 for m, w in auto.candidates() if m != "ar"})
-    first = auto.choose(bundle, cache=cache)
+    first = choose(bundle, cache=cache)
     assert first.calibrated and first.table is not None
     record = next(iter(json.loads(cache.read_text())["records"].values()))
     assert set(map(int, record["curve"])) == {1, *auto.WINDOWS} and "ar@1" in record["bookkeeping"]
-    second = auto.choose(bundle, cache=cache)
+    second = choose(bundle, cache=cache)
     assert not second.calibrated and (second.method, second.window) == (first.method, first.window)
 
 
-def test_an_unwritable_cache_warns_and_still_chooses(tmp_path):
+def test_an_unwritable_cache_warns_and_still_chooses(machine, tmp_path):
+    bundle = machine[0]
+    write_table(tmp_path / "cache" / "steps", bundle, {"scd-mc@16": 50})  # a table: costs are measured
     blocker = tmp_path / "file"
     blocker.write_text("")
     with pytest.warns(UserWarning, match="calibration not kept"):
-        choice = auto.choose(random_bundle(), "auto", cache=blocker / "calibration.json")
-    assert (choice.method, choice.window) == ("ar", 1)
+        choice = choose(bundle, "auto", cache=blocker / "calibration.json")
+    assert choice.calibrated and choice.table is not None
+
+
+def test_without_a_table_nothing_is_timed_and_ar_has_no_figure(machine, monkeypatch):
+    """No table: ar runs, and no forward is timed for a predicted ar figure (the one the CLI set a run
+    of ar against, printing about 0.5x ar for ar itself)."""
+    bundle, cache, *_ = machine
+    monkeypatch.setattr(auto, "forward_cost_curve", lambda *a, **k: pytest.fail("timed a forward"))
+    choice = choose(bundle, cache=cache)
+    assert (choice.method, choice.window, choice.calibrated) == ("ar", 1, False)
+    assert choice.ar_seconds != choice.ar_seconds and not cache.exists()  # NaN: unknown
 
 
 def test_a_measured_choice_stays_unless_another_is_clearly_faster(machine, tmp_path):
@@ -137,13 +163,13 @@ def test_a_measured_choice_stays_unless_another_is_clearly_faster(machine, tmp_p
     write_table(tmp_path / "cache" / "steps", bundle, {"scd-mc@8": 100, "sjd-pac@8": 100})
     kept = {**kept, "scd-mc@8": 0.002}  # predicted: scd-mc@8 100 x 20 ms = 2.0 s, sjd-pac@8 100 x 19 ms = 1.9 s
     seed_record(cache, bundle, curve, kept)
-    assert (auto.choose(bundle, cache=cache).method, auto.choose(bundle, cache=cache).window) == ("sjd-pac", 8)
+    assert (choose(bundle, cache=cache).method, choose(bundle, cache=cache).window) == ("sjd-pac", 8)
     skey = steps.sampling_key(bundle.defaults)
     seed_record(cache, bundle, curve, kept, {f"scd-mc@8|{skey}": 2.05})  # 2.05 s < 1.1 x 1.9 s: stays
-    stays = auto.choose(bundle, cache=cache)
+    stays = choose(bundle, cache=cache)
     assert (stays.method, stays.window, stays.seconds) == ("scd-mc", 8, 2.05) and stays.reason.startswith("measured")
     seed_record(cache, bundle, curve, kept, {f"scd-mc@8|{skey}": 2.2})  # 2.2 s > 1.1 x 1.9 s: replaced
-    assert auto.choose(bundle, cache=cache).method == "sjd-pac"
+    assert choose(bundle, cache=cache).method == "sjd-pac"
 
 
 @contextlib.contextmanager
@@ -170,7 +196,7 @@ def test_forwards_are_timed_in_the_cache_the_decode_allocates(machine, tmp_path,
             return curve(model, *args)
 
     monkeypatch.setattr(auto, "forward_cost_curve", timing)
-    auto.choose(bundle, cache=cache)
+    choose(bundle, cache=cache)
     for method, window in [("ar", None), ("scd-mc", 16)]:
         decoded: list[int] = []
         with slots_asked(bundle.model, decoded):

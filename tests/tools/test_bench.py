@@ -106,6 +106,23 @@ def test_settings_side_by_side(tmp_path):
     assert set(json.loads((tmp_path / "bench.json").read_text())["settings"]) == set(results)
 
 
+def test_rows_are_named_records_and_a_repeated_row_runs_once():
+    """run_bench keys rows by Config (method, window, auto), not by positional tuples: a window given
+    twice is one row, timed once per (prompt, seed) (the tuple version timed it twice into one row)."""
+    from jacobigen.tools.bench import Config, _fixed_configs
+
+    rows, extra = run_bench(random_bundle(), ["sjd"], [4, 4], ["red heart"], [0], progress=False, warmup=False)
+    assert [(r.method, r.window, r.runs) for r in rows] == [("ar", 1, 1), ("plain-ar", 1, 1), ("sjd", 4, 1)]
+    assert extra["baseline"]["wall"] in ("ar", "plain-ar")
+    from jacobigen.decode.methods import parse_variant
+
+    specs = [parse_variant(m) for m in ("ar", "sjd-pac[tree_budget=full]")]
+    skipped: dict = {}
+    configs = _fixed_configs(specs, [4, 32], skipped)
+    assert configs == [Config("ar", 1), Config("plain-ar", 1), Config("sjd-pac[tree_budget=full]", 32)]
+    assert list(skipped["skipped"]) == ["sjd-pac[tree_budget=full] @ 4"]
+
+
 def test_compile_failure_is_one_clear_error(monkeypatch):
     def broken(fn, **kwargs):  # compiles "fine", fails at the first call, as inductor does
         def call(*args, **kw):
@@ -149,7 +166,7 @@ def test_figures_follow_model_and_seed():
 
 def test_block_sizes_carve_the_tree_and_count_pjd_segments():
     from jacobigen import METHODS
-    from jacobigen.tools.costs import block_size
+    from jacobigen.decode.costs import block_size
 
     layout = random_bundle().layout  # 16 x 16 with EOL
     assert block_size(METHODS["sjd"].build(16), layout) == 16
@@ -210,3 +227,46 @@ def test_provenance_names_the_code_and_the_weights():
     assert (git["git_commit"] is not None) == checkout and git["git_dirty"] in ((True, False) if checkout else (None,))
     if checkout:
         assert re.fullmatch("[0-9a-f]{40}", git["git_commit"])
+
+
+# --- bench --steps FILE: a step table, nothing else, and never a file it did not write
+
+
+def steps_cli(path, *more):
+    return CliRunner().invoke(main, ["bench", "--model", "random", "--steps", str(path), "--prompts", "1", *more])
+
+
+def test_steps_refuses_a_file_that_is_no_step_table(tmp_path):
+    notes = tmp_path / "notes.txt"
+    notes.write_text("my notes\n")
+    res = steps_cli(notes)
+    assert res.exit_code == 2 and "exists and is not a step table" in res.output, res.output
+    assert "model:" not in res.output and notes.read_text() == "my notes\n"  # refused before the model loads
+
+
+def test_steps_refuses_another_models_table_and_says_what_it_wrote(tmp_path):
+    from jacobigen.tools.steps import write_table
+
+    other = tmp_path / "other.json"
+    write_table(other, random_bundle(seed=1), {"ar@1": {"nfe": 272, "tokens_per_iteration": 1, "images": 1}}, {}, {})
+    before = other.read_bytes()
+    res = steps_cli(other)
+    assert res.exit_code == 2 and "holds the step table of 'random'" in res.output, res.output
+    assert "a table holds one model's entries" in res.output and other.read_bytes() == before
+    mine = tmp_path / "mine.json"
+    first = steps_cli(mine)
+    assert first.exit_code == 0 and "added the entry of random for sampling" in first.output, first.output
+    assert "(13 method@window rows; 1 entry in the table)" in first.output
+    second = steps_cli(mine, "--temperature", "0.5")
+    assert "added the entry" in second.output and "2 entries in the table" in second.output, second.output
+    third = steps_cli(mine, "--temperature", "0.5")
+    assert "replaced the entry" in third.output and "2 entries in the table" in third.output, third.output
+
+
+@pytest.mark.parametrize(
+    "more", [["--methods", "sjd"], ["--window", "8"], ["--fid", "2"], ["--out", "b"], ["--compile"]]
+)
+def test_steps_refuses_the_options_it_would_ignore(tmp_path, more):
+    res = steps_cli(tmp_path / "t.json", *more)
+    assert res.exit_code == 2 and f"{more[0]} cannot apply with --steps" in res.output, res.output
+    assert not (tmp_path / "t.json").exists()

@@ -174,7 +174,7 @@ def generate(
     texts = [p for p in prompts for _ in range(num_images)]
     gen, images = bundle.generate(texts, **decoding.generate_kwargs(seed=seeds, compile=compile_step))
     if choice is not None and len(texts) == 1 and not compile_step:  # a measurement beats a prediction
-        from ..tools.auto import cache_file, remember
+        from ..decode.auto import cache_file, remember
 
         remember(choice, gen.stats.wall_time, cache_file())
     buf = io.BytesIO()

@@ -155,7 +155,11 @@ def bench(
     if steps_path is None:
         check_writable(out_dir, "--out", folder=True)
     else:  # --steps writes its table only
-        check_writable(steps_path, "--steps")
+        from ..tools.steps import existing_table
+
+        _steps_only()
+        steps_path = check_writable(steps_path, "--steps")  # a symlink: the table it points to
+        existing_table(steps_path)  # a file that is not a step table: refused before the model loads
     bundle = model.load()
     if sampling:  # every row samples as the user asked; bench.json records it
         bundle = replace(bundle, defaults={**bundle.defaults, **sampling})
@@ -193,21 +197,43 @@ def bench(
     click.echo(f"wrote {out_dir}/: bench.json, bench.md and {folders}")
 
 
+STEPS_IGNORE = ("method_names", "windows", "n_fid", "out_dir", "use_compile", "compile_backend")
+
+
+def _steps_only() -> None:
+    """``--steps`` measures forwards of ar and auto's candidates, and writes nothing else: the options
+    that choose or time other rows would be ignored, so they are refused."""
+    from click.core import ParameterSource
+
+    ctx = click.get_current_context()
+    given = [p for p in ctx.command.params if p.name in STEPS_IGNORE]
+    given = [p for p in given if ctx.get_parameter_source(p.name) not in (ParameterSource.DEFAULT, None)]
+    if given:
+        from ..decode.auto import METHODS, WINDOWS
+
+        flags = ", ".join(p.opts[0] for p in given)
+        raise click.UsageError(
+            f"{flags} cannot apply with --steps: it measures ar and auto's candidates ({', '.join(METHODS)} at "
+            f"windows {', '.join(map(str, WINDOWS))}), the rows auto weighs, and writes only the table"
+        )
+
+
 def _write_steps(bundle, model: ModelChoice, path: Path, prompts: list[str], n_seeds: int, threads) -> None:
     """``bench --steps FILE``: the step table of ``bundle`` with its sampling (no timing)."""
-    from ..tools.auto import candidates
-    from ..tools.steps import measure_steps, write_table
+    from ..decode.auto import candidates
+    from ..tools.steps import check_model, existing_table, measure_steps, write_table
     from ..tools.threads import choose_threads
 
+    check_model(existing_table(path), path, bundle)  # another model's table: refused before the work
     choose_threads(bundle.model, (threads or [None])[0])
     seeds = image_seeds(0, n_seeds)
     steps = measure_steps(bundle, candidates(), prompts, seeds, progress=True)
     how = {"by": f"jacobigen bench --model {model.spec} --steps", "prompts": prompts, "seeds": seeds}
-    write_table(path, bundle, steps, bundle.defaults, how)
+    did = write_table(path, bundle, steps, bundle.defaults, how)
     ar = steps["ar@1"]["nfe"]
     for name, row in steps.items():
         click.echo(f"{name:>12}: {row['nfe']:7.1f} forwards per image ({ar / row['nfe']:.2f}x fewer than ar)")
-    click.echo(f"wrote {path}")
+    click.echo(f"wrote {path}: {did}")
 
 
 @main.command()

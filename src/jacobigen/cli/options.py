@@ -96,7 +96,7 @@ class ModelChoice:
         cfg = {**decoding.sampling, **(sampling or {})}.get("cfg")
         window = decoding.window
         if window is None:  # auto: plan for the widest window it may choose
-            from ..tools.auto import WINDOWS
+            from ..decode.auto import WINDOWS
 
             window = max(WINDOWS)
         return memory.fitting(
@@ -146,7 +146,8 @@ class Decoding:
         from ..decode.methods import get_method
 
         if self.method == "auto" or self.window is None:
-            from ..tools.auto import WINDOWS, cache_file, candidates, check_cache
+            from ..decode.auto import WINDOWS, candidates
+            from ..decode.calibration import cache_file, check_cache
 
             candidates(self.method, self.window)  # refuses a method that builds at no window
             check_cache(cache_file())  # a FIFO or a device there: refused before the model loads
@@ -177,13 +178,16 @@ class Decoding:
             )
 
     def resolve(self, bundle, prompt: str | None = None, kept: tuple[str, int] | None = None):
-        """This decoding with ``auto`` replaced by the choice (:func:`jacobigen.tools.auto.choose` on
-        ``prompt``: the model's step table and this machine's costs, cached), and the choice (None
-        when nothing was auto). ``kept``: the (method, window) a resumed job started with, kept."""
+        """This decoding with ``auto`` replaced by the choice (:func:`jacobigen.decode.auto.resolve`, the
+        API's own resolution, on ``prompt``'s model rows: the model's step table and this machine's
+        costs, cached), and the choice (None when nothing was auto). ``kept``: the (method, window) a
+        resumed job started with, kept."""
         if self.method != "auto" and self.window is not None:
             return self, None
+        from ..decode.auto import resolve
+        from ..decode.calibration import cache_file
         from ..decode.methods import get_method
-        from ..tools.auto import cache_file, choose
+        from ..tools.auto import model_rows, sampling_of
 
         fixed = None if self.method == "auto" else get_method(self.method).window
         if fixed:  # ar: nothing to weigh
@@ -192,14 +196,17 @@ class Decoding:
             click.echo(f"auto: {kept[0]} at window {kept[1]}, as this job started (its records say so)")
             return replace(self, method=kept[0], window=kept[1]), None
 
-        choice = choose(bundle, self.method, self.window, cache_file(), prompt=prompt, **self.sampling)
+        sampling = sampling_of(bundle, self.sampling)
+        model, rows = model_rows(bundle, sampling, prompt)
+        choice = resolve(model, bundle.layout, rows, sampling, self.method, self.window, bundle.latents)
+        assert choice is not None  # a method with a window of its own returned above
         where = f"{'measured now' if choice.calibrated else 'costs'} in {cache_file()}"
         if choice.table is None:
             click.echo(f"auto: {choice.method} at window {choice.window} ({choice.reason})")
         else:
             click.echo(
-                f"auto: {choice.method} at window {choice.window}, predicted {choice.speedup:.2f}x ar's speed here "
-                f"({choice.reason}; steps from {choice.table.name}, {where})"
+                f"auto: {choice.method} at window {choice.window}, {choice.basis} {choice.speedup:.2f}x ar's speed "
+                f"here ({choice.reason}; steps from {choice.table.name}, {where})"
             )
         return replace(self, method=choice.method, window=choice.window), choice
 

@@ -14,6 +14,7 @@ from ..core.quantize import quantize_model, quantized_as
 from ..core.sampling import SamplingConfig
 from ..core.stats import DecodeStats
 from ..parts.tree import MAX_NODES
+from .auto import resolve
 from .engine import PER_SEQUENCE, Determinism
 from .jacobi import JacobiDecoder, Parts
 from .methods import Method, get_method
@@ -148,7 +149,7 @@ def generate(
     in that mode is used as it is. Extra keyword ``options`` go to the method's parts (see
     ``jacobigen methods``). ``method="auto"`` (the default, as the CLI's) runs the lossless method and
     window fastest on this machine by the model's step table, ``ar`` when nothing is clearly faster or
-    the model has no table; ``window=None`` does the same for a named method (:mod:`jacobigen.tools.auto`).
+    the model has no table; ``window=None`` does the same for a named method (:mod:`jacobigen.decode.auto`).
     """
     check_layout_type(layout)
     if quantize is not None:  # first: auto measures the model that will decode
@@ -188,10 +189,8 @@ def generate(
 
 
 def _auto(model, layout, prompt, uncond, method, window, options, temperature, top_k, top_p, cfg) -> tuple[str, int]:
-    """The (method, window) ``auto`` picks for the first sequence (:func:`jacobigen.tools.auto.resolve`:
-    it sits above this layer and is imported only when asked)."""
-    from ..tools.auto import resolve
-
+    """The (method, window) ``auto`` picks for the first sequence (:func:`jacobigen.decode.auto.resolve`,
+    the command line's resolution too)."""
     if options.keys() - {"batch_invariant"}:  # that one has its own message below
         if method != "auto":  # a misspelt or mistyped option: the method's own message first
             get_method(method).build(window or layout.length, **options)
@@ -203,4 +202,5 @@ def _auto(model, layout, prompt, uncond, method, window, options, temperature, t
     rows, _ = prompt_rows(prompt, 0, uncond, sampling.guided)
     group = 2 if sampling.guided else 1
     chosen = {"cfg": cfg, "temperature": temperature, "top_k": top_k, "top_p": top_p}
-    return resolve(model, layout, rows[:group], chosen, method, window)
+    choice = resolve(model, layout, rows[:group], chosen, method, window)
+    return (method, get_method(method).window or 1) if choice is None else (choice.method, choice.window)

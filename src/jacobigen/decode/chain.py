@@ -26,9 +26,8 @@ from .engine import Commit, Flight, ForwardBlock, Segments, per_model_row
 
 @dataclass
 class ChainBlock(ForwardBlock):
-    """The chain's block: with this iteration's tree (None: a plain chain) and its value per row."""
+    """The chain's block: with its tree's value per row (None: a plain chain)."""
 
-    tree: TreeBlock | None = None
     tree_value: torch.Tensor | None = None
 
 
@@ -160,7 +159,7 @@ class Chain:
             block_mask(cache.lengths, cache.capacity, structure),
             torch.minimum(m, tb.nodes.spine),
             n[:, None] + self.depths,
-            tb,
+            tb.nodes,
             value,
         )
 
@@ -172,22 +171,22 @@ class Chain:
         uni, win, w, d = self.universe, seg.window, self.drafts, self.levels
         assert uni is not None  # a tree's universe
         static = recording()
+        view = None
         if self.auto:
-            self.auto.prepare(m)
+            view = self.auto.prepare(m)
             q = win.q[:, :d]
             spine_q = q.gather(-1, win.tokens[:, :d, None])[..., 0]
             top = q.topk(2, -1)
             runner_up = torch.where(top.indices[..., 0] == win.tokens[:, :d], top.values[..., 1], top.values[..., 0])
-            if not static and not self.auto.worth_trying(spine_q, runner_up, self.cap, self.tree.width):
+            if not static and not self.auto.worth_trying(view, spine_q, runner_up, self.cap, self.tree.width):
                 return None
         ranking = rank_candidates(self.tree, uni, win, seg.positions, seg.drafting, m)
         count = ranking.available(self.cap)
-        if self.auto:
-            count = torch.minimum(count, self.auto.count(ranking.best, self.cap))
+        if self.auto and view is not None:
+            count = torch.minimum(count, self.auto.count(view, ranking.best, self.cap))
         nodes = select(uni, ranking, count, w - count)
         if not static and max(nodes.ranks) <= 1:
             return None
-        win.tree = nodes
         value = (ranking.values * ((nodes.index >= 0) & ~uni.spine)).sum(1)
         return arrange(nodes, root, win.tokens, win.cand, self.size), value
 
@@ -211,7 +210,7 @@ class Chain:
         self.p, self.support = p, support
         off_spine = torch.zeros_like(k)
         if tree:
-            self.spine = tree.nodes.spine
+            self.spine = tree.spine
             off_spine = ((path[:, 1:] > self.spine[:, None]) & (self.arange_w < k[:, None])).sum(1)
         elif self.levels:  # a tree's iteration without siblings: the whole window is spine
             self.spine = torch.full_like(self.spine, self.drafts)

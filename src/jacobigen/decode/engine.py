@@ -27,6 +27,7 @@ from ..core.recording import recording
 from ..core.rng import Stream
 from ..core.sampling import SamplingConfig, TargetPipeline
 from ..parts.drafters import Slots
+from ..parts.tree import TreeNodes
 from ..parts.verifiers import Window
 from .capture import Graphed, captured, forward_of
 from .replay import OpReplay, Replayed, recorder_for
@@ -103,13 +104,15 @@ class Segments:
 class ForwardBlock:
     """One forward: ``tokens``/``node_pos`` [B, N] (generated position of each node's token), the
     additive mask over the cache, and per chain the depths ``m`` that lie inside its row and the
-    positions ``depth_pos`` of depths 1..W+1 [B * S, W + 1]."""
+    positions ``depth_pos`` of depths 1..W+1 [B * S, W + 1]; ``tree``, the nodes of this iteration's
+    trees the verifier walks (None: chains only), travels with the block, never through the window."""
 
     tokens: torch.Tensor
     node_pos: torch.Tensor
     mask: torch.Tensor
     m: torch.Tensor | None  # None: no drafts to verify
     depth_pos: torch.Tensor
+    tree: TreeNodes | None = None
 
 
 class Commit(NamedTuple):
@@ -328,6 +331,6 @@ class Engine:
         block = sched.block(fl, seg, cache)
         p, support = self.targets_of.with_support(self.forward(fl, block, cache), block.node_pos + 1)
         k, nxt, path = parts.verifier.verify(
-            p.view(-1, seg.size, p.shape[-1]), seg.window, block.m, block.depth_pos, seg.draws
+            p.view(-1, seg.size, p.shape[-1]), seg.window, block.m, block.depth_pos, seg.draws, block.tree
         )
         return sched.commit(fl, seg, block, p, support, k, nxt, path, cache)

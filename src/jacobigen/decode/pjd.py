@@ -360,11 +360,12 @@ class Rows:
         group = cache.rows // b
         apos, w, shared = plan.anchor_pos[:, :a_t], plan.w[:, :a_t], plan.shared[:, :a_t]
         anchors = fl.board.gather(1, apos.clamp(min=0)).flatten()
-        within = None
+        within, nodes = None, None
         if self.levels(w_t):
             tb = self._tree(anchors, seg, w.flatten(), self.levels(w_t))
             depth, real = tb.depth.reshape(b, a_t, size), tb.real.view(b, a_t, size)
             tokens, within = tb.tokens.reshape(b, -1), per_model_row(tb.structure.view(b, a_t, size, size), group)
+            nodes = tb.nodes
         else:
             depth = torch.arange(size, device=self.device)
             real = depth <= w[..., None]
@@ -386,6 +387,7 @@ class Rows:
             block_mask(cache.lengths, cache.capacity, structure, visible),
             w.flatten(),
             depth_pos.flatten(0, 1),
+            nodes,
             node_ok,
         )
 
@@ -395,8 +397,8 @@ class Rows:
         win = seg.window
         uni = self.universes[d]
         ranking = rank_candidates(self.tree, uni, win, seg.positions, seg.drafting, w)
-        win.tree = select(uni, ranking, ranking.available(self.tree.cap(d)), w)
-        return arrange(win.tree, anchors, win.tokens, win.cand, seg.size)
+        nodes = select(uni, ranking, ranking.available(self.tree.cap(d)), w)
+        return arrange(nodes, anchors, win.tokens, win.cand, seg.size)
 
     def commit(self, fl: Flight, seg: Segments, block: RowsBlock, p, support, k, nxt, path, cache) -> Commit:
         it: Iteration = seg.plan

@@ -16,11 +16,11 @@ from ..core.contract import default_device
 from ..core.errors import ConfigError, WeightsError
 from ..core.layout import ImageLayout, VideoLayout
 from ..core.quantize import check_mode, quantize_model
+from ..decode.steps import WEIGHTS  # jacobigen/weights: package data (the shipped step tables sit there too)
 from . import embedded as E
 from .bundle import ModelBundle, palette_decode, rows_encoder
 from .transformer import Transformer, TransformerConfig, load_transformer
 
-WEIGHTS = Path(__file__).parents[1] / "weights"  # jacobigen/weights: package data
 VIDEO_PROMPTS = [
     "red heart drifting left",
     "sun turning slowly clockwise",

@@ -32,6 +32,7 @@ from __future__ import annotations
 import functools
 import itertools
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 
@@ -313,6 +314,19 @@ def two_iteration_reach(reach: torch.Tensor) -> torch.Tensor:
     return reach + (later * pmf[:, None, :]).sum(-1)
 
 
+class Reach(NamedTuple):
+    """One iteration's view of :class:`AutoBudget` (computed before the forward, read by its tests of
+    the drafts; returned, never kept): the chain's reach [R, W] (the chance it accepts depths 1..j,
+    column j - 1), what a spine depth is worth over two iterations [R, W], the value calibration [R],
+    the bar a tree's gain must pass [R] and the floor of a displaced depth's worth."""
+
+    reach: torch.Tensor
+    worth: torch.Tensor
+    calibration: torch.Tensor
+    bar: torch.Tensor
+    floor: float
+
+
 class AutoBudget:
     """``tree_budget=auto``, in windows that hold the reference tree (smaller ones decode as the
     chain: there every node displaces a spine depth the chain still reaches, and on the embedded
@@ -330,7 +344,7 @@ class AutoBudget:
     costs T'(W) = k / W^2 in every later iteration, which two iterations' reach does not see (a
     draft left unreached comes back sharper)."""
 
-    STATE = ("accepted", "bar", "calibration", "floor", "hits", "predicted", "reach", "trials", "worth")
+    STATE = ("accepted", "hits", "predicted", "trials")  # what the next iteration reads; the rest is returned
 
     def __init__(self, min_gain: float, tail_worth: float):
         self.min_gain, self.tail_worth = min_gain, tail_worth
@@ -349,28 +363,32 @@ class AutoBudget:
         self.hits, self.trials = self.hits[rows], self.trials[rows]
         self.predicted, self.accepted = self.predicted[rows], self.accepted[rows]
 
-    def prepare(self, limit: torch.Tensor) -> None:
-        """This iteration's chain reach [R, W] (the chance the chain accepts depths 1..j, column
-        j - 1; 0 past ``limit``, the depths inside the image), what a spine depth is worth over two
-        iterations (:func:`two_iteration_reach`) and the value calibration [R]."""
+    def prepare(self, limit: torch.Tensor) -> Reach:
+        """This iteration's :class:`Reach`: the chain reach (0 past ``limit``, the depths inside the
+        image), what a spine depth is worth over two iterations (:func:`two_iteration_reach`), the
+        value calibration and the bar."""
         w = self.hits.shape[1]
         pooled = (self.hits.sum(1, keepdim=True) + 1) / (self.trials.sum(1, keepdim=True) + 2)
         reach = ((self.hits + pooled) / (self.trials + 1)).cumprod(1)  # a depth seldom tried leans on the pool
         inside = torch.arange(1, w + 1, device=reach.device) <= limit[:, None]
-        self.reach = torch.where(inside, reach, 0.0)
-        self.worth = torch.where(inside, two_iteration_reach(reach), 0.0)
-        self.floor = self.tail_worth / w**2
-        self.calibration = (self.accepted + 1) / (self.predicted + 1)
-        self.bar = self.min_gain * (1 + self.reach.sum(1))
+        inner = torch.where(inside, reach, 0.0)
+        return Reach(
+            inner,
+            torch.where(inside, two_iteration_reach(reach), 0.0),
+            (self.accepted + 1) / (self.predicted + 1),
+            self.min_gain * (1 + inner.sum(1)),
+            self.tail_worth / w**2,
+        )
 
-    def _margins(self, values: torch.Tensor, floor: float = 0.0) -> torch.Tensor:
+    @staticmethod
+    def _margins(view: Reach, values: torch.Tensor, floor: float = 0.0) -> torch.Tensor:
         """Calibrated value of the i-th best extra [R, cap] minus the worth (at least ``floor``) of
         the spine depth it displaces (the i-th extra takes depth W + 1 - i)."""
-        w, cap = self.worth.shape[1], values.shape[1]
-        displaced = self.worth[:, w - torch.arange(1, cap + 1, device=values.device)]
-        return self.calibration[:, None] * values - displaced.clamp(min=floor)
+        w, cap = view.worth.shape[1], values.shape[1]
+        displaced = view.worth[:, w - torch.arange(1, cap + 1, device=values.device)]
+        return view.calibration[:, None] * values - displaced.clamp(min=floor)
 
-    def worth_trying(self, spine_q: torch.Tensor, runner_up: torch.Tensor, cap: int, width: int) -> bool:
+    def worth_trying(self, view: Reach, spine_q: torch.Tensor, runner_up: torch.Tensor, cap: int, width: int) -> bool:
         """Whether any row's tree could pass :meth:`count`'s bar, from the drafts alone (one host
         read). A node at depth t is worth at most the spine's q up to t - 1 (``along``) times the
         largest q at t of an id other than the spine's draft (``runner_up``, [R, levels]); the
@@ -380,19 +398,19 @@ class AutoBudget:
         levels = spine_q.shape[1]
         along = torch.cat([torch.ones_like(spine_q[:, :1]), spine_q[:, :-1].cumprod(1)], 1)
         bound = (along * runner_up).amax(1, keepdim=True).expand(-1, cap)
-        gain = self._margins(bound).clamp(min=0).sum(1)
+        gain = self._margins(view, bound).clamp(min=0).sum(1)
         siblings = along * torch.minimum((width - 1) * runner_up, 1 - spine_q)
         subtrees = (siblings * torch.arange(levels, 0, -1, device=spine_q.device)).sum(1)
-        gain = torch.minimum(gain, self.calibration * subtrees)
-        return bool((gain >= self.bar).any())
+        gain = torch.minimum(gain, view.calibration * subtrees)
+        return bool((gain >= view.bar).any())
 
-    def count(self, best: torch.Tensor, cap: int) -> torch.Tensor:
+    def count(self, view: Reach, best: torch.Tensor, cap: int) -> torch.Tensor:
         """Extras [R] from off-spine scores sorted best first [R, >= cap]: none unless they add
         ``min_gain`` of the tokens the chain alone is expected to commit, else those worth more
         than the later iterations' cost of a shorter spine too."""
-        gain = self._margins(best[:, :cap]).clamp(min=0).sum(1)
-        take = (self._margins(best[:, :cap], self.floor) > 0).sum(1)
-        return torch.where(gain >= self.bar, take, 0)
+        gain = self._margins(view, best[:, :cap]).clamp(min=0).sum(1)
+        take = (self._margins(view, best[:, :cap], view.floor) > 0).sum(1)
+        return torch.where(gain >= view.bar, take, 0)
 
     def update(
         self,

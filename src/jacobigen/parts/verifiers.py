@@ -31,7 +31,6 @@ class Window:
     q: torch.Tensor  # [B, W, V] distribution each spine draft was drawn from
     cand: torch.Tensor  # [B, D, K] candidates per tree depth (rank 0 = spine draft)
     cand_valid: torch.Tensor  # [B, D, K] False where q had fewer than K ids to offer
-    tree: TreeNodes | None = None  # which of those candidates' nodes the block holds, and where
 
 
 def without(q: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
@@ -81,10 +80,19 @@ class Verifier:
         """Where to draw from after draft d [...] was rejected."""
         return residual(p, q)
 
-    def verify(self, p: torch.Tensor, window: Window, m: torch.Tensor, positions: torch.Tensor, draws: Draws):
+    def verify(
+        self,
+        p: torch.Tensor,
+        window: Window,
+        m: torch.Tensor,
+        positions: torch.Tensor,
+        draws: Draws,
+        tree: TreeNodes | None = None,
+    ):
         """p [B, size, V]: target for the depth after each block node. m [B]: spine depths that
         may be accepted (inside the image and on the spine). positions [B, W+1]: position of
-        depths 1..W+1. Block nodes 0..W_r are the root and the spine drafts.
+        depths 1..W+1. Block nodes 0..W_r are the root and the spine drafts; ``tree`` (the block's
+        ``ForwardBlock.tree``, None: a chain) says which candidates' nodes follow, and where.
 
         Returns (k [B] accepted drafts, next token [B], path [B, W+1] block indices whose first
         k+1 entries are the root and the accepted nodes).
@@ -94,9 +102,8 @@ class Verifier:
             zero = torch.zeros(b, 1, dtype=torch.int64, device=p.device)
             nxt = self.draw(p.select(1, 0), draws.uniform(positions.select(1, 0), Stream.SAMPLE))
             return zero.view(b), nxt, zero
-        if window.tree is None:
+        if tree is None:
             return self._chain(p, window, m, positions, draws)
-        tree = window.tree
         uni, depth = tree.universe, tree.universe.levels
         rows = _arange(b, p.device)
         at = torch.zeros(b, dtype=torch.int64, device=p.device)  # universe index + 1 (0: the root)

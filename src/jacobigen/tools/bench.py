@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import time
 import warnings
+from dataclasses import dataclass, field
 
 import torch
 from tqdm.auto import tqdm
@@ -24,13 +25,14 @@ from ..core.contract import model_device, sync
 from ..core.errors import ConfigError, JacobigenError
 from ..core.stats import step_compression
 from ..decode.api import generate
+from ..decode.auto import WINDOWS, unbuildable
 from ..decode.capture import Graphed, compile_counts
+from ..decode.costs import block_size, forward_cost_curve
 from ..decode.engine import CompileFallback
 from ..decode.methods import parse_variant
 from ..models.bundle import ModelBundle, encode_one
-from .auto import WINDOWS, choose, unbuildable
+from .auto import choose
 from .bench_rows import BASELINES, PLAIN, Row, Run
-from .costs import block_size, forward_cost_curve
 from .plain_ar import plain_ar
 from .threads import choose_threads, environment, loadavg
 
@@ -111,6 +113,29 @@ def graphed(model, compile: bool | str) -> Graphed:
     return _GRAPHED[key]
 
 
+@dataclass(frozen=True)
+class Config:
+    """One row to run: a preset label (or the plain loop) at a window; ``auto``: the window (or the
+    method) is the one auto chose. Rows are keyed by (method, window, auto)."""
+
+    method: str
+    window: int
+    auto: bool = False
+    lossless: bool = field(default=True, compare=False)
+
+    def row(self) -> Row:
+        return Row(self.method, self.window, self.lossless, self.auto)
+
+
+@dataclass(frozen=True)
+class Job:
+    """One timed image: a prompt and a seed, decoded as ``config`` says."""
+
+    prompt: str
+    seed: int
+    config: Config
+
+
 def run_bench(
     pipe: ModelBundle,
     methods: list[str],
@@ -138,75 +163,104 @@ def run_bench(
     """
     extra: dict = environment(pipe.model, model_spec)
     specs = [parse_variant(m) for m in dict.fromkeys(["ar", *methods]) if m not in (PLAIN, "auto")]
-    fixed = [w for w in windows if w != "auto"]
-    configs = [("ar", 1, False, True), (PLAIN, 1, False, True)]
-    configs += [(s.label, s.window, False, s.method.lossless) for s in specs[1:] if s.window]
-    # a (method, window) that cannot be built (a full tree in too small a window) is skipped, with the reason
-    why = {(s.label, w): unbuildable(s, w) for s in specs if not s.window for w in fixed}
-    extra["skipped"] = {f"{label} @ {w}": reason for (label, w), reason in why.items() if reason}
-    configs += [
-        (s.label, w, False, s.method.lossless) for s in specs if not s.window for w in fixed if not why[s.label, w]
-    ]
+    configs = _fixed_configs(specs, [w for w in windows if w != "auto"], extra)
     if "auto" in windows:
-        sizes = sorted(
-            {1, 2, 4, 8, 16, 32, 48, 64, 96, 128, 160}
-            | {
-                block_size(s.build(w), pipe.layout)
-                for s in specs
-                if not s.window
-                for w in WINDOWS
-                if unbuildable(s, w) is None
-            }
-        )
-        guided = {**pipe.defaults, **sampling}.get("cfg") not in (None, 1, 1.0)
-        curve = forward_cost_curve(pipe.model, sizes, rows=2 if guided else 1)  # a guided decode runs the pair
-        extra.update(cost_curve=curve, auto={})
-        for s in specs:
-            if not s.window:
-                choice = choose(pipe, s.label, None, **sampling)
-                extra["auto"][s.label] = {"window": choice.window, "predicted_seconds": choice.predicted}
-                configs.append((s.label, choice.window, True, s.method.lossless))
+        configs += _auto_windows(pipe, specs, sampling, extra)
     if "auto" in methods:
-        choice = choose(pipe, "auto", None, **sampling)
-        extra["auto_method"] = {
-            "method": choice.method,
-            "window": choice.window,
-            "predicted_speedup_vs_ar": choice.speedup,
-            "predicted_seconds": choice.predicted,
-        }
-        if (choice.method, choice.window, True) not in {c[:3] for c in configs}:
-            configs.append((choice.method, choice.window, True, True))
+        configs.append(_auto_method(pipe, sampling, extra))
     t0 = time.perf_counter()
-    rows = {(m, w, a): Row(m, w, lossless, a) for m, w, a, lossless in configs}
+    rows = {c: c.row() for c in configs}  # one row per (method, window, auto): a repeat runs once
     if compile:
-        compiled_warmup(pipe, rows, prompts[0], seeds[0], compile, **sampling)
-        failed = [r for r in rows.values() if r.compile_error]
-        if len(failed) == len(rows):
-            raise RuntimeError(failed[0].compile_error)
-        if any(r.method in BASELINES for r in failed):
-            raise RuntimeError(f"{failed[0].method}: {failed[0].compile_error}")
-        extra["compile_errors"] = {f"{r.method} @ {r.window}": r.compile_error for r in failed}
-    for m, w, *_ in configs if warmup and not compile else []:
-        decode_one(pipe, m, w, prompts[0], seeds[0], **sampling)
+        _compile_rows(pipe, rows, prompts[0], seeds[0], compile, extra, **sampling)
+    for c in rows if warmup and not compile else []:
+        decode_one(pipe, c.method, c.window, prompts[0], seeds[0], **sampling)
     extra["warmup_seconds"] = time.perf_counter() - t0
-    jobs = [(p, seed, m, w, a) for p in prompts for seed in seeds for m, w, a, _ in configs]
-    jobs = [j for j in jobs if not rows[j[2:]].compile_error]
-    for prompt, seed, m, w, a in tqdm(jobs, disable=not progress, desc="bench", unit="run"):
+    jobs = [Job(p, seed, c) for p in prompts for seed in seeds for c in rows if not rows[c].compile_error]
+    for job in tqdm(jobs, disable=not progress, desc="bench", unit="run"):
+        row, c = rows[job.config], job.config
         before = compile_counts()["graphs"]
-        rows[m, w, a].add(decode_one(pipe, m, w, prompt, seed, compile, **sampling))
+        row.add(decode_one(pipe, c.method, c.window, job.prompt, job.seed, compile, **sampling))
         if compile:
-            rows[m, w, a].recompiles += compile_counts()["graphs"] - before
+            row.recompiles += compile_counts()["graphs"] - before
     extra["loadavg_after"] = loadavg()
-    ar, plain = rows["ar", 1, False], rows[PLAIN, 1, False]
+    extra["baseline"] = _speedups(rows[Config("ar", 1)], rows[Config(PLAIN, 1)], rows.values())
+    order = {m: i for i, m in enumerate(dict.fromkeys(c.method for c in rows))}
+    return sorted(rows.values(), key=lambda r: (order[r.method], r.auto, r.window)), extra
+
+
+def _fixed_configs(specs, windows: list[int], extra: dict) -> list[Config]:
+    """The baselines, each preset with a window of its own, and every other preset at each of
+    ``windows``; a (method, window) that cannot be built (a full tree in too small a window) is
+    skipped, with the reason in ``extra["skipped"]``."""
+    configs = [Config("ar", 1), Config(PLAIN, 1)]
+    configs += [Config(s.label, s.window, lossless=s.method.lossless) for s in specs[1:] if s.window]
+    why = {(s.label, w): unbuildable(s, w) for s in specs if not s.window for w in windows}
+    extra["skipped"] = {f"{label} @ {w}": reason for (label, w), reason in why.items() if reason}
+    return configs + [
+        Config(s.label, w, lossless=s.method.lossless)
+        for s in specs
+        if not s.window
+        for w in windows
+        if not why[s.label, w]
+    ]
+
+
+def _auto_windows(pipe: ModelBundle, specs, sampling: dict, extra: dict) -> list[Config]:
+    """Each preset without a window of its own at the window auto chooses for it here; the cost
+    curve over every block size a candidate can use goes to ``extra``."""
+    sizes = {
+        block_size(s.build(w), pipe.layout) for s in specs if not s.window for w in WINDOWS if not unbuildable(s, w)
+    }
+    guided = {**pipe.defaults, **sampling}.get("cfg") not in (None, 1, 1.0)
+    curve = forward_cost_curve(  # a guided decode runs the cond/uncond pair
+        pipe.model, sorted({1, 2, 4, 8, 16, 32, 48, 64, 96, 128, 160} | sizes), rows=2 if guided else 1
+    )
+    extra.update(cost_curve=curve, auto={})
+    configs = []
+    for s in specs:
+        if not s.window:
+            choice = choose(pipe, s.label, None, **sampling)
+            extra["auto"][s.label] = {"window": choice.window, "predicted_seconds": choice.predicted}
+            configs.append(Config(s.label, choice.window, True, s.method.lossless))
+    return configs
+
+
+def _auto_method(pipe: ModelBundle, sampling: dict, extra: dict) -> Config:
+    """The (method, window) ``--method auto`` would run here, as a row marked auto."""
+    choice = choose(pipe, "auto", None, **sampling)
+    extra["auto_method"] = {
+        "method": choice.method,
+        "window": choice.window,
+        "predicted_speedup_vs_ar": choice.speedup,
+        "predicted_seconds": choice.predicted,
+    }
+    return Config(choice.method, choice.window, True)
+
+
+def _compile_rows(pipe, rows: dict[Config, Row], prompt: str, seed: int, compile, extra: dict, **sampling) -> None:
+    """:func:`compiled_warmup`; a baseline that does not compile (or every row) is an error, another
+    row that does not is reported in ``extra["compile_errors"]`` and not timed."""
+    compiled_warmup(pipe, rows, prompt, seed, compile, **sampling)
+    failed = [r for r in rows.values() if r.compile_error]
+    if len(failed) == len(rows):
+        raise RuntimeError(failed[0].compile_error)
+    if any(r.method in BASELINES for r in failed):
+        raise RuntimeError(f"{failed[0].method}: {failed[0].compile_error}")
+    extra["compile_errors"] = {f"{r.method} @ {r.window}": r.compile_error for r in failed}
+
+
+def _speedups(ar: Row, plain: Row, rows) -> dict:
+    """Each timed row's step compression and speedups against the faster baseline (by wall and by
+    CPU time) and against ``ar``; returns the baselines' record."""
     by_wall, by_cpu = min(ar, plain, key=lambda r: r.wall), min(ar, plain, key=lambda r: r.cpu)
-    for r in rows.values():
+    for r in rows:
         if not r.runs:  # not compiled, not timed
             continue
         r.step_compression = step_compression(ar.nfe, r.nfe)
         r.latency_speedup = by_wall.wall / r.wall
         r.cpu_speedup = by_cpu.cpu / r.cpu
         r.latency_speedup_vs_ar = ar.wall / r.wall
-    extra["baseline"] = {
+    return {
         "wall": by_wall.method,
         "cpu": by_cpu.method,
         "wall_seconds": by_wall.wall,
@@ -214,15 +268,16 @@ def run_bench(
         "ar_over_plain_wall": ar.wall / plain.wall,
         "ar_over_plain_cpu": ar.cpu / plain.cpu,
     }
-    order = {m: i for i, m in enumerate(dict.fromkeys(m for m, *_ in configs))}
-    return sorted(rows.values(), key=lambda r: (order[r.method], r.auto, r.window)), extra
 
 
-def compiled_warmup(pipe: ModelBundle, rows: dict, prompt: str, seed: int, compile: bool | str, **sampling):
+def compiled_warmup(
+    pipe: ModelBundle, rows: dict[Config, Row], prompt: str, seed: int, compile: bool | str, **sampling
+):
     """Each row's first image twice, eager then compiled: the graphs and graph breaks compiling it
     took, and whether the tokens agree. A row's later images should compile nothing new
     (``recompiles``, counted by :func:`run_bench`)."""
-    for (m, w, _), row in rows.items():
+    for c, row in rows.items():
+        m, w = c.method, c.window
         eager = decode_one(pipe, m, w, prompt, seed, **sampling)
         before = compile_counts()
         try:

@@ -6,7 +6,6 @@ a fraction of a second, before a model is loaded and long before an image exists
 
 from __future__ import annotations
 
-import fcntl
 import itertools
 import os
 import shutil
@@ -14,7 +13,10 @@ import stat
 import tempfile
 from pathlib import Path
 
+from filelock import FileLock, Timeout
+
 from ..core.errors import ConfigError, OutputError
+from ..core.reading import FILE_KINDS, read_bounded
 
 MAX_LINE_BYTES = 1 << 16  # one prompt line
 MAX_PROMPT_FILE = 64 << 20  # the whole prompt file (a path like /dev/zero never ends)
@@ -83,16 +85,6 @@ def output_path(path: str | Path, what: str, force: bool = False) -> Path:
     if not mode & 0o222 and not force:
         raise ConfigError(f"{what} {shown} is read-only: pass --force to replace it, or name another file")
     return target
-
-
-FILE_KINDS = {  # what is at a path that is not a regular file, in words
-    stat.S_IFDIR: "folder",
-    stat.S_IFCHR: "device",
-    stat.S_IFBLK: "device",
-    stat.S_IFIFO: "FIFO",
-    stat.S_IFSOCK: "socket",
-    stat.S_IFLNK: "symlink",
-}
 
 
 def _temporary(path: Path) -> Path:
@@ -177,32 +169,31 @@ def atomic_write(path: str | Path, data: bytes, what: str = "output") -> None:
 
 class FolderLock:
     """One job run per output folder: a second run on the same folder exits at once with a clear
-    message instead of making every image twice. An advisory lock on ``.jacobigen.lock``, released
-    when the run ends (or dies)."""
+    message instead of making every image twice. A lock on ``.jacobigen.lock`` (filelock), released
+    when the run ends (or dies); the file names its holder's pid for that message."""
 
     def __init__(self, folder: Path):
         self.path = folder / ".jacobigen.lock"
-        self.file = open(self.path, "a+")  # noqa: SIM115 - held for the run
+        self.lock = FileLock(self.path, timeout=0)
         try:
-            fcntl.flock(self.file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            self.file.seek(0)
-            owner = self.file.read().strip() or "another process"
-            self.file.close()
+            self.lock.acquire()
+        except Timeout:
             raise OutputError(
-                f"another jacobigen run ({owner}) is writing to {folder}: wait for it, or use another --out-dir"
+                f"another jacobigen run ({self._owner()}) is writing to {folder}: wait for it, or use another --out-dir"
             ) from None
-        self.file.seek(0)
-        self.file.truncate()
-        self.file.write(f"pid {os.getpid()}")
-        self.file.flush()
+        self.path.write_text(f"pid {os.getpid()}")
+
+    def _owner(self) -> str:
+        try:
+            return read_bounded(self.path, 64, "lock").decode(errors="replace").strip() or "another process"
+        except ConfigError:
+            return "another process"
 
     def __enter__(self) -> FolderLock:
         return self
 
     def __exit__(self, *exc) -> None:
-        fcntl.flock(self.file.fileno(), fcntl.LOCK_UN)
-        self.file.close()
+        self.lock.release()
 
 
 def sweep_temporaries(folder: Path) -> None:

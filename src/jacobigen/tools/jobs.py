@@ -191,7 +191,7 @@ def started_with(folder: Path, jobs: list[Job], settings: dict, auto: dict) -> t
     """The (method, window) that ``--method auto`` chose when this job started: from the first record
     in ``folder`` of one of ``jobs`` that auto made with these ``settings`` (model, weights, options,
     sampling) when asked the same ``auto`` ({"method", "window"}); None when there is none."""
-    from .steps import read_bounded
+    from ..core.reading import read_bounded
 
     want = json.loads(json.dumps(settings))
     for job in jobs:

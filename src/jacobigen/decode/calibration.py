@@ -6,11 +6,11 @@ need not measure again. It is a cache, nothing more:
 - anything at its path that is not a regular file (a FIFO, a device, a folder, a symlink: a write
   never goes through a link into another file) is refused with a :class:`ConfigError` before any
   work (:func:`check_cache`); reads are bounded and never block;
-- saves take a lock beside the file, merge with what another process saved meanwhile, keep at
-  most ``MAX_RECORDS`` records (the least recently used go first) and write a temporary file that
-  is renamed over the old one.
+- saves take a lock beside the file (filelock: portable, no fcntl), merge with what another process
+  saved meanwhile, keep at most ``MAX_RECORDS`` records (the least recently used go first) and write a
+  temporary file that is renamed over the old one.
 
-A record holds, per machine key (:func:`jacobigen.tools.auto.machine_key`): ``curve`` (seconds
+A record holds, per machine key (:func:`jacobigen.decode.auto.machine_key`): ``curve`` (seconds
 of one forward per block size), ``bookkeeping`` (seconds per iteration outside the forward, per
 ``method@window``), ``measured`` (seconds per image of runs auto chose, per ``method@window|sampling``)
 and ``used`` (when it was last read or written).
@@ -19,7 +19,6 @@ and ``used`` (when it was last read or written).
 from __future__ import annotations
 
 import errno
-import fcntl
 import json
 import os
 import stat
@@ -27,9 +26,11 @@ import time
 import warnings
 from pathlib import Path
 
+import platformdirs
+from filelock import FileLock, Timeout
+
 from ..core.errors import ConfigError
-from .files import FILE_KINDS
-from .steps import parse_json, positive, read_bounded
+from ..core.reading import CLOEXEC, FILE_KINDS, NOFOLLOW, parse_json, positive, read_bounded, within
 
 FORMAT = "jacobigen-calibration"
 VERSION = 3  # of the records: a change of what a record holds starts them afresh (3: curves in the decode's cache)
@@ -37,12 +38,15 @@ MAX_BYTES = 1 << 20
 MAX_RECORDS = 32
 MAX_ENTRIES = 64  # per field of a record
 LOCK_SECONDS = 10.0
+SECONDS = (1e-6, 1e6)  # a forward or an image timed here: no run is faster than a microsecond
 
 
 def cache_file() -> Path:
-    """``$JACOBIGEN_CACHE/calibration.json`` (default ``$XDG_CACHE_HOME/jacobigen`` or
-    ``~/.cache/jacobigen``); ``~`` is expanded."""
-    root = os.environ.get("JACOBIGEN_CACHE") or Path(os.environ.get("XDG_CACHE_HOME") or "~/.cache") / "jacobigen"
+    """``$JACOBIGEN_CACHE/calibration.json`` (default: the platform's user cache folder for jacobigen,
+    from platformdirs: ``$XDG_CACHE_HOME/jacobigen`` or ``~/.cache/jacobigen`` on Linux,
+    ``~/Library/Caches/jacobigen`` on macOS, ``%LOCALAPPDATA%\\jacobigen\\Cache`` on Windows); ``~`` is
+    expanded."""
+    root = os.environ.get("JACOBIGEN_CACHE") or platformdirs.user_cache_dir("jacobigen", appauthor=False)
     return Path(root).expanduser() / "calibration.json"
 
 
@@ -84,7 +88,7 @@ def _record(rec: object) -> dict:
                 if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < 1e6:
                     raise ConfigError(f"bookkeeping[{k!r}] must be a number >= 0, got {v!r:.40}")
             else:
-                positive(v, f"{field}[{k!r}]")
+                within(v, *SECONDS, f"{field}[{k!r}]")
     if not all(str(k).isdigit() and int(k) >= 1 for k in rec["curve"]):
         raise ConfigError("curve keys must be block sizes >= 1")
     return rec
@@ -127,42 +131,27 @@ def _text(records: dict) -> bytes:
 
 
 def save(path: Path, key: str, record: dict) -> None:
-    """Merge ``record`` into the cache under ``key``: locked, bounded, atomic, never through a link.
-    A save that cannot happen (read-only home, lock held too long) warns; the run goes on."""
+    """Merge ``record`` into the cache under ``key``: locked (filelock, beside the file), bounded,
+    atomic, never through a link. A save that cannot happen (read-only home, lock held too long) warns;
+    the run goes on."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         check_cache(path)
-        lock = os.open(
-            path.with_name(path.name + ".lock"), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644
-        )
+        with FileLock(path.with_name(path.name + ".lock"), timeout=LOCK_SECONDS):
+            with warnings.catch_warnings():  # the load before the choice already warned about this file
+                warnings.simplefilter("ignore")
+                records, _ = load(path)
+            records[key] = {**record, "used": time.time()}
+            _write(path, _text(_bounded(records)))
+    except Timeout:
+        warnings.warn(f"calibration not kept: {path} stayed locked by another run", stacklevel=3)
     except (OSError, ConfigError) as e:
         warnings.warn(f"calibration not kept: {e}", stacklevel=3)
-        return
-    try:
-        deadline = time.monotonic() + LOCK_SECONDS
-        while True:
-            try:
-                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() > deadline:
-                    warnings.warn(f"calibration not kept: {path} stayed locked by another run", stacklevel=3)
-                    return
-                time.sleep(0.05)
-        with warnings.catch_warnings():  # the load before the choice already warned about this file
-            warnings.simplefilter("ignore")
-            records, _ = load(path)
-        records[key] = {**record, "used": time.time()}
-        _write(path, _text(_bounded(records)))
-    except (OSError, ConfigError) as e:
-        warnings.warn(f"calibration not kept: {e}", stacklevel=3)
-    finally:
-        os.close(lock)
 
 
 def _write(path: Path, data: bytes) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | NOFOLLOW | CLOEXEC, 0o644)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
