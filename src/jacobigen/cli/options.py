@@ -81,24 +81,27 @@ class ModelChoice:
             click.echo(f"model: {bundle.name} ({bundle.note})")
         return bundle
 
-    def plan(self, decoding: Decoding, sequences: int, sampling: dict | None = None):
+    def plan(self, decoding: Decoding, sequences: int, sampling: dict | None = None, present: bool = True):
         """The memory plan of decoding ``sequences`` with this model (:mod:`jacobigen.models.memory`),
-        made before any weight loads; None when the model's shape is known only once loaded."""
+        made before any weight loads; None when the model's shape is known only once loaded.
+        ``present``: the device must be on this machine (a dry run plans for one that is not)."""
         from ..core.quantize import check_mode
         from ..models import memory
-        from ..models.load import resolve_device
+        from ..models.load import parse_device, resolve_device
 
-        device = resolve_device(self.device)
+        device = resolve_device(self.device) if present or self.device is None else parse_device(self.device)
         check_mode(self.quantize, device)  # int4 off CUDA, or no torchao: said before the plan
         shape = memory.shape_of(self.spec)
         if shape is None:
             return None
         cfg = {**decoding.sampling, **(sampling or {})}.get("cfg")
         window = decoding.window
-        if window is None:  # auto: plan for the widest window it may choose
+        if window is None:  # auto: plan for the widest window it may choose (a method's own if it has one: ar's 1)
+            from ..decode.methods import get_method
             from ..tools.auto import WINDOWS
 
-            window = max(WINDOWS)
+            fixed = None if decoding.method == "auto" else get_method(decoding.method).window
+            window = fixed or max(WINDOWS)
         return memory.fitting(
             shape,
             decoding.batch_size,
@@ -111,7 +114,7 @@ class ModelChoice:
 
     def check_memory(self, decoding: Decoding, sequences: int, dry_run: bool = False) -> None:
         """Print the plan (``dry_run``), or refuse a decode that does not fit before its weights load."""
-        plan = self.plan(decoding, sequences)
+        plan = self.plan(decoding, sequences, present=not dry_run)
         if dry_run:
             click.echo(plan.text() if plan else f"memory plan: the shape of {self.spec} is known only once it loads")
         elif plan is not None and not plan.fits:

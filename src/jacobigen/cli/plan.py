@@ -25,7 +25,13 @@ DTYPE_NAMES = ("bf16", "fp16", "fp32")
     default=None,
     help="The model's dtype (default: bf16 on CUDA, fp32 on the CPU, as the loaders choose).",
 )
-@click.option("--device", default="cpu", show_default=True, help="Whose free memory to plan against (cpu, cuda...).")
+@click.option(
+    "--device",
+    default="cpu",
+    show_default=True,
+    help="Whose free memory to plan against (cpu, cuda, cuda:N, mps); one this machine lacks is planned against "
+    "JACOBIGEN_DEVICE_MEMORY, or with its free memory unknown.",
+)
 @click.option("--window", type=click.IntRange(min=1), default=32, show_default=True, help="Tokens per block.")
 @click.option("--batch-size", type=click.IntRange(min=1), default=1, show_default=True, help="Sequences together.")
 @click.option("--cfg/--no-cfg", default=None, help="Two model rows per sequence (default: the family's own).")
@@ -35,9 +41,13 @@ DTYPE_NAMES = ("bf16", "fp16", "fp32")
     help="One markdown table of weights, KV cache and activations at bf16, int8 and int4 (no free memory).",
 )
 def plan_command(model_spec, shapes, list_shapes, quantize, dtype, device, window, batch_size, cfg, table):
-    """Print the memory a decode needs: weights, KV cache, buffers and activations."""
+    """Print the memory a decode needs: weights, KV cache, buffers and activations. It needs no GPU:
+    a device this machine lacks is planned against ``JACOBIGEN_DEVICE_MEMORY`` (or its free memory is
+    said to be unknown)."""
     from ..core.errors import ConfigError
+    from ..core.quantize import check_mode
     from ..models import memory
+    from ..models.load import parse_device
     from ..models.memory import DTYPES
 
     if list_shapes:
@@ -54,6 +64,8 @@ def plan_command(model_spec, shapes, list_shapes, quantize, dtype, device, windo
         chosen = [found]
     if not chosen:
         raise click.UsageError("give --shape NAME (or all) or --model SPEC")
+    device = parse_device(device)
+    check_mode(quantize, device)  # int4 off CUDA, as generate refuses it
     kw = dict(device=device, window=window, batch=batch_size, cfg=cfg)
     if table:
         click.echo(memory.table(chosen, **kw))

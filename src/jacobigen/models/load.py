@@ -173,15 +173,38 @@ def heldout_reference(weights: Path = WEIGHTS) -> tuple[list[str], list[Image.Im
     return meta["captions"], [sheet.crop(box) for box in boxes]
 
 
+DEVICE_TYPES = ("cpu", "cuda", "mps")
+
+
+def present_devices() -> list[str]:
+    """The devices this machine has, as ``--device`` names them."""
+    cuda = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    mps = torch.backends.mps.is_available()
+    return ["cpu", *(f"cuda:{i}" for i in range(cuda)), *(["mps"] if mps else [])]
+
+
+def parse_device(device: str) -> torch.device:
+    """``device`` as a torch device of a supported type (cpu, cuda, cuda:N, mps), present or not: a
+    :class:`ConfigError` naming the valid ones otherwise. ``plan`` needs no more: it plans for a device
+    this machine lacks."""
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError):
+        dev = None
+    if dev is None or dev.type not in DEVICE_TYPES:
+        raise ConfigError(
+            f"--device {device!r} is not a device: use cpu, cuda, cuda:N or mps "
+            f"(this machine has {', '.join(present_devices())})"
+        )
+    return dev
+
+
 def resolve_device(device: str | None) -> str:
     """``device`` checked against this machine (the same error for every model); None: CUDA when
     available, else the CPU."""
     if device is None:
         return default_device()
-    try:
-        dev = torch.device(device)
-    except (RuntimeError, TypeError):
-        raise ConfigError(f"--device {device!r} is not a device: use cpu, cuda, cuda:N or mps") from None
+    dev = parse_device(device)
     if dev.type == "cuda":
         count = torch.cuda.device_count() if torch.cuda.is_available() else 0
         if count == 0:
@@ -194,8 +217,6 @@ def resolve_device(device: str | None) -> str:
             raise ConfigError(f"--device {device}: this machine has {count} CUDA device(s), cuda:0..cuda:{count - 1}")
     elif dev.type == "mps" and not torch.backends.mps.is_available():
         raise ConfigError(f"--device {device}: MPS is not available on this machine; use --device cpu")
-    elif dev.type not in ("cpu", "cuda", "mps"):
-        raise ConfigError(f"--device {device}: only cpu, cuda and mps devices are supported")
     return device
 
 
