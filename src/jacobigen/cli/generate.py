@@ -195,6 +195,8 @@ def _check_combination(prompts, prompts_file, use_ray, address, out, decoding, m
         )
     if use_ray and model.quantize:
         raise click.UsageError("--quantize applies to this process's model: Ray workers load their own, unquantized")
+    if use_ray and model.dtype:
+        raise click.UsageError("--dtype applies to this process's model: Ray workers load their own at its default")
     if use_ray and model.threads is not None:
         raise click.UsageError("--threads sets this process's threads; Ray workers take cpu_count / --workers each")
 
@@ -215,6 +217,7 @@ def _generate_folder(texts, num_images, model: ModelChoice, decoding: Decoding, 
         "model": model.spec,
         "weights": weights_id(model.spec),
         **({"quantize": model.quantize} if model.quantize else {}),  # another target: images made without it redo
+        **({"dtype": model.dtype} if model.dtype else {}),  # another target too
         "options": decoding.options,
         "sampling": decoding.sampling,
     }

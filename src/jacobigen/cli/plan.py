@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import click
 
+from ..tools.dtypes import DTYPE_OPTION
 from .group import main
-
-DTYPE_NAMES = ("bf16", "fp16", "fp32")
 
 
 @main.command("plan")
@@ -19,12 +18,7 @@ DTYPE_NAMES = ("bf16", "fp16", "fp32")
 @click.option("--model", "model_spec", default=None, help="A --model spec whose shape is read from its config instead.")
 @click.option("--list", "list_shapes", is_flag=True, help="List the named shapes and exit.")
 @click.option("--quantize", type=click.Choice(["int8", "int4"]), default=None, help="Linear weights at int8 or int4.")
-@click.option(
-    "--dtype",
-    type=click.Choice(DTYPE_NAMES),
-    default=None,
-    help="The model's dtype (default: bf16 on CUDA, fp32 on the CPU, as the loaders choose).",
-)
+@DTYPE_OPTION
 @click.option(
     "--device",
     default="cpu",
@@ -47,8 +41,7 @@ def plan_command(model_spec, shapes, list_shapes, quantize, dtype, device, windo
     from ..core.errors import ConfigError
     from ..core.quantize import check_mode
     from ..models import memory
-    from ..models.load import parse_device
-    from ..models.memory import DTYPES
+    from ..models.load import check_dtype, default_dtype, parse_device
 
     if list_shapes:
         for s in memory.SHAPES.values():
@@ -66,10 +59,12 @@ def plan_command(model_spec, shapes, list_shapes, quantize, dtype, device, windo
         raise click.UsageError("give --shape NAME (or all) or --model SPEC")
     device = parse_device(device)
     check_mode(quantize, device)  # int4 off CUDA, as generate refuses it
+    # the dtype the loader would use: named shapes are family checkpoints (bfloat16 as released)
+    dtype = check_dtype(dtype, quantize) or default_dtype(model_spec or "family:", str(device))
     kw = dict(device=device, window=window, batch=batch_size, cfg=cfg)
     if table:
         click.echo(memory.table(chosen, **kw))
         return
     for i, shape in enumerate(chosen):
-        p = memory.plan(shape, dtype=DTYPES[dtype] if dtype else None, quantize=quantize, **kw)
+        p = memory.plan(shape, dtype=dtype, quantize=quantize, **kw)
         click.echo(("\n" if i else "") + p.text())

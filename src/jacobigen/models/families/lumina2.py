@@ -237,13 +237,19 @@ def find_movqgan(path: Path) -> Path | None:
     return next((path / p for p in VQ_PLACES if (path / p).is_file()), None)
 
 
-def load(path: str | Path, device: str = "cpu", size: int | None = None, trust_checkpoint: bool = False) -> ModelBundle:
-    """``size``: image side in pixels (default 768). Weights load in bf16 on CUDA, else float32."""
+def load(
+    path: str | Path,
+    device: str = "cpu",
+    size: int | None = None,
+    trust_checkpoint: bool = False,
+    dtype: torch.dtype | None = None,
+) -> ModelBundle:
+    """``size``: image side in pixels (default 768). Weights load at ``dtype`` (default bf16, as released)."""
     check_size(size or 768)  # refuse a bad size before reading gigabytes
     folder = require_dir(path, "Lumina-mGPT 2.0")
     if not (folder / "config.json").is_file():
         raise WeightsError(f"{folder} has no config.json: is it a Lumina-mGPT 2.0 checkpoint folder?")
-    model = load_decoder(folder, default_dtype(device), device)
+    model = load_decoder(folder, dtype or default_dtype(device), device)
     tokenizer = load_tokenizer(folder, "Lumina-mGPT 2.0")
     ckpt = find_movqgan(folder)
     vq = load_movqgan(ckpt, device, trust_checkpoint) if ckpt else None
