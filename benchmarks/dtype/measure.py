@@ -9,7 +9,7 @@ ratios hold on a shared machine:
 
 The default dtype of the embedded models is chosen from this (docs/results.md, "Block cost by dtype").
 
-    python benchmarks/dtype/measure.py --images 4 --threads 1 --out benchmarks/dtype/measure.json
+    python benchmarks/dtype/measure.py --images 6 --rounds 9 --threads 1 --out benchmarks/dtype/measure.json
 """
 
 from __future__ import annotations
