@@ -57,3 +57,11 @@ def test_the_defaults_family_checkpoints_as_released_the_embedded_models_as_meas
     assert default_dtype("lumina-mgpt:/x", "cpu") == torch.bfloat16 == default_dtype("janus:/x", "cuda")
     for spec in ("default", "emoji:/x", "emoji-video", "random", "random-video"):
         assert default_dtype(spec, "cpu") == getattr(torch, E.DTYPE)
+
+
+def test_a_step_table_records_the_dtype_it_was_measured_in(bf16, tmp_path):
+    from jacobigen.tools.steps import load_table, write_table
+
+    steps = {"ar@1": {"nfe": 273.0, "tokens_per_iteration": 1.0, "images": 1}}
+    write_table(tmp_path / "steps.json", bf16, steps, bf16.defaults, {"by": "a test"})
+    assert load_table(tmp_path / "steps.json")["entries"][0]["made"]["dtype"] == "bfloat16"
