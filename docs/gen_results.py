@@ -309,6 +309,30 @@ def compiled_cpu() -> str:
     return md_table(cols, cells)
 
 
+def dtype_block_cost() -> str:
+    """`benchmarks/dtype/measure.json`: per embedded model and dtype, a block's forward against a single
+    token's, and the lossless presets against the plain loop in the same dtype."""
+    data = load("dtype/measure.json")
+    methods = ("scd-gs", "scd-mc", "sjd-pac")
+    blocks = ("4", "16", "32", "64")
+    cols = ["model", "dtype", "1 token (ms)", *(f"block {b}" for b in blocks), "plain loop (s/image)", *methods]
+    cells = []
+    for spec, m in data["models"].items():
+        for dtype, costs in m["block_seconds"].items():
+            runs = m["decodes"][dtype]
+            cells.append(
+                [
+                    f"`{spec}`",
+                    dtype,
+                    f"{costs['1'] * 1e3:.1f}",
+                    *(x(m["block_vs_single"][dtype][b]) for b in blocks),
+                    f"{runs['plain-ar']['seconds_per_image']:.2f}",
+                    *(x(runs[k]["speedup_vs_plain"]) for k in methods),
+                ]
+            )
+    return md_table(cols, cells)
+
+
 PROFILE_LINE = re.compile(
     r"wall ([\d.]+) s, model forward [\d.]+ s, overhead share ([\d.]+)%, \d+ forwards, (\d+) torch ops"
     r"(?:.*?bookkeeping ([\d.]+) ms per iteration)?"
@@ -379,6 +403,7 @@ TABLES = {
     "h200-lumina": h200_lumina,
     "h200-embedded": h200_embedded,
     "compiled-cpu": compiled_cpu,
+    "dtype-block-cost": dtype_block_cost,
     "auto-default": auto_default,
     "profile": profile,
     "profile-lean-step": lambda: profile("profile/lean-step"),

@@ -235,7 +235,7 @@ def test_hf_save_pretrained_roundtrip(tmp_path):
         hf, tok = make()
         hf.save_pretrained(d)
         tok.save_pretrained(d)
-        pipe = load_bundle(f"{name}:{d}{option}")
+        pipe = load_bundle(f"{name}:{d}{option}", dtype="float32")  # against a float32 reference
         assert (pipe.layout.rows, pipe.layout.cols) == (4, 4)
         _, ours = BUILD[name]()
         pipe, cond, uncond = prompts(pipe, name)
@@ -273,7 +273,7 @@ def test_llamagen_checkpoint_roundtrip_and_cli(tmp_path):
     save_config(m, tmp_path)
     vq = fm.tiny_vq(64, l2_norm=True)
     torch.save({"model": fm.to_llamagen_vq_keys(vq.state_dict())}, tmp_path / "vq_ds16_c2i.pt")
-    pipe = load_bundle(f"llamagen:{tmp_path}")
+    pipe = load_bundle(f"llamagen:{tmp_path}", dtype="float32")  # against a float32 reference
     assert pipe.note == "" and (pipe.layout.rows, pipe.layout.cols) == (4, 4)
     _, ours = llamagen_pipe("c2i")
     kw = dict(method="sjd", window=8, top_k=1, cfg=4.0)

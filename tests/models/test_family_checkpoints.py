@@ -52,7 +52,7 @@ def test_lumina_per_shard_qk_norms_load_and_normalise_like_lumina(tmp_path, shar
     from jacobigen.models.families.chameleon import chameleon_adapter
 
     hf = lumina_checkpoint(tmp_path, shards)
-    pipe = load_bundle(f"lumina-mgpt:{tmp_path}?size=64")
+    pipe = load_bundle(f"lumina-mgpt:{tmp_path}?size=64", dtype="float32")  # against a float32 reference
     tokens = torch.tensor(pipe.encode("a red cat").cond)
     with torch.no_grad():
         assert torch.allclose(pipe.model(tokens), chameleon_adapter(hf)(tokens), atol=1e-5)
@@ -197,7 +197,7 @@ def test_llamagen_training_checkpoint_loads_only_when_trusted(tmp_path):
     with pytest.raises(WeightsError, match="--trust-checkpoint") as err:
         load_bundle(f"llamagen:{ckpt}")
     assert "argparse.Namespace" in str(err.value) and "run code" in str(err.value)
-    pipe = load_bundle(f"llamagen:{ckpt}", trust_checkpoint=True)
+    pipe = load_bundle(f"llamagen:{ckpt}", trust_checkpoint=True, dtype="float32")  # against a float32 reference
     assert (pipe.layout.rows, pipe.layout.cols) == (4, 4)  # image_size 64 / 16, from the args
     prompts = pipe.encode("3")
     kw = dict(layout=pipe.layout, method="ar", top_k=1, cfg=4.0, uncond=prompts.uncond)

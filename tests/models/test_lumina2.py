@@ -58,7 +58,7 @@ def test_logits_equal_transformers_chameleon(tmp_path, kw):
     gives transformers' Chameleon logits within 1e-4 (fp32), prompt and image ids alike."""
     hf = lm.chameleon(**kw)
     lm.write_checkpoint(tmp_path, hf, shards=3)
-    pipe = load_bundle(f"lumina2:{tmp_path}?size=256")
+    pipe = load_bundle(f"lumina2:{tmp_path}?size=256", dtype="float32")  # against transformers in float32
     cond = pipe.encode(TEXT).cond[0]
     ids = torch.tensor([cond + [155000, 171383, 160000, 151670, 155001]])
     with torch.no_grad():

@@ -224,6 +224,8 @@ def _check_combination(prompts, prompts_file, use_ray, address, out, decoding, m
         )
     if use_ray and model.quantize:
         raise click.UsageError("--quantize applies to this process's model: Ray workers load their own, unquantized")
+    if use_ray and model.dtype:
+        raise click.UsageError("--dtype applies to this process's model: Ray workers load their own at its default")
     if use_ray and model.threads is not None:
         raise click.UsageError("--threads sets this process's threads; Ray workers take cpu_count / --workers each")
 
@@ -244,6 +246,7 @@ def _generate_folder(texts, num_images, model: ModelChoice, decoding: Decoding, 
         "model": model.spec,
         "weights": weights_id(model.spec),
         "quantize": model.quantize,  # the target: an image made for another (int8, or full precision) is redone
+        "dtype": model.dtype,  # the target too: None is the model's default dtype
         "options": decoding.options,
         "sampling": decoding.sampling,
     }

@@ -1,9 +1,9 @@
 """Options several commands share, each parsed into one frozen dataclass in one place.
 
 ``model_options`` gives a command a :class:`ModelChoice` (``--model``, ``--device``,
-``--threads``, ``--trust-checkpoint``, ``--quantize``); ``decoding_options`` adds a :class:`Decoding` (method,
-window, seeds, sampling, ``-o`` options, ``--stats``, progress). Both are checked before torch is
-imported: a bad value is one line naming the option (exit 2).
+``--threads``, ``--trust-checkpoint``, ``--quantize``, ``--dtype``); ``decoding_options`` adds a
+:class:`Decoding` (method, window, seeds, sampling, ``-o`` options, ``--stats``, progress). Both are
+checked before torch is imported: a bad value is one line naming the option (exit 2).
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from click.core import ParameterSource
 from ..core.checks import MAX_SEED, SAMPLING_KEYS, image_seeds
 from ..core.errors import ConfigError
 from ..models import embedded as E
+from ..tools.dtypes import DTYPE_OPTION
 from ..tools.threads import check_threads
 from .params import Finite, Window, options_of
 
@@ -69,41 +70,47 @@ class ModelChoice:
     threads: int | None = None
     trust_checkpoint: bool = False
     quantize: str | None = None  # --quantize: int8 or int4 weights (torchao), None: the model's dtype
+    dtype: str | None = None  # --dtype: float32, bfloat16 or float16, None: the model's default
 
     def load(self):
         """The model bundle, with torch's threads chosen for it (a note about the model printed)."""
         from ..models.load import load_bundle
         from ..tools.threads import choose_threads
 
-        bundle = load_bundle(self.spec, self.device, self.trust_checkpoint, self.quantize)
+        bundle = load_bundle(self.spec, self.device, self.trust_checkpoint, self.quantize, self.dtype)
         choose_threads(bundle.model, self.threads)
         if bundle.note:
             click.echo(f"model: {bundle.name} ({bundle.note})")
         return bundle
 
-    def plan(self, decoding: Decoding, sequences: int, sampling: dict | None = None):
+    def plan(self, decoding: Decoding, sequences: int, sampling: dict | None = None, present: bool = True):
         """The memory plan of decoding ``sequences`` with this model (:mod:`jacobigen.models.memory`),
-        made before any weight loads; None when the model's shape is known only once loaded."""
+        made before any weight loads; None when the model's shape is known only once loaded.
+        ``present``: the device must be on this machine (a dry run plans for one that is not)."""
         from ..core.quantize import check_mode
         from ..models import memory
-        from ..models.load import check_spec, resolve_device
+        from ..models.load import check_dtype, check_spec, default_dtype, parse_device, resolve_device
 
-        device = resolve_device(self.device)
+        device = resolve_device(self.device) if present or self.device is None else parse_device(self.device)
         check_mode(self.quantize, device)  # int4 off CUDA, or no torchao: said before the plan
+        dtype = check_dtype(self.dtype, self.quantize) or default_dtype(self.spec, str(device))
         shape = memory.shape_of(check_spec(self.spec))
         if shape is None:
             return None
         cfg = {**decoding.sampling, **(sampling or {})}.get("cfg")
         window = decoding.window
-        if window is None:  # auto: plan for the widest window it may choose
+        if window is None:  # auto: plan for the widest window it may choose (a method's own if it has one: ar's 1)
             from ..decode.auto import WINDOWS
+            from ..decode.methods import get_method
 
-            window = max(WINDOWS)
+            fixed = None if decoding.method == "auto" else get_method(decoding.method).window
+            window = fixed or max(WINDOWS)
         return memory.fitting(
             shape,
             decoding.batch_size,
             sequences,
             device=device,
+            dtype=dtype,
             quantize=self.quantize,
             window=window,
             cfg=None if cfg is None else cfg != 1,
@@ -111,7 +118,7 @@ class ModelChoice:
 
     def check_memory(self, decoding: Decoding, sequences: int, dry_run: bool = False) -> None:
         """Print the plan (``dry_run``), or refuse a decode that does not fit before its weights load."""
-        plan = self.plan(decoding, sequences)
+        plan = self.plan(decoding, sequences, present=not dry_run)
         if dry_run:
             click.echo(plan.text() if plan else f"memory plan: the shape of {self.spec} is known only once it loads")
         elif plan is not None and not plan.fits:
@@ -263,6 +270,7 @@ def model_options(default: str = "default", model_help: str | None = None, threa
             "sample it exactly.",
         )
     )
+    options.append(DTYPE_OPTION)
     if threads:
         options.append(
             click.option(
@@ -283,6 +291,7 @@ def model_options(default: str = "default", model_help: str | None = None, threa
                 kw.pop("threads", None),
                 kw.pop("trust_checkpoint"),
                 kw.pop("quantize"),
+                kw.pop("dtype"),
             )
         }
 

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import click
 
+from ..tools.dtypes import DTYPE_OPTION
 from .group import main
-
-DTYPE_NAMES = ("bf16", "fp16", "fp32")
 
 
 @main.command("plan")
@@ -19,13 +18,14 @@ DTYPE_NAMES = ("bf16", "fp16", "fp32")
 @click.option("--model", "model_spec", default=None, help="A --model spec whose shape is read from its config instead.")
 @click.option("--list", "list_shapes", is_flag=True, help="List the named shapes and exit.")
 @click.option("--quantize", type=click.Choice(["int8", "int4"]), default=None, help="Linear weights at int8 or int4.")
+@DTYPE_OPTION
 @click.option(
-    "--dtype",
-    type=click.Choice(DTYPE_NAMES),
-    default=None,
-    help="The model's dtype (default: bf16 on CUDA, fp32 on the CPU, as the loaders choose).",
+    "--device",
+    default="cpu",
+    show_default=True,
+    help="Whose free memory to plan against (cpu, cuda, cuda:N, mps); one this machine lacks is planned against "
+    "JACOBIGEN_DEVICE_MEMORY, or with its free memory unknown.",
 )
-@click.option("--device", default="cpu", show_default=True, help="Whose free memory to plan against (cpu, cuda...).")
 @click.option("--window", type=click.IntRange(min=1), default=32, show_default=True, help="Tokens per block.")
 @click.option("--batch-size", type=click.IntRange(min=1), default=1, show_default=True, help="Sequences together.")
 @click.option("--cfg/--no-cfg", default=None, help="Two model rows per sequence (default: the family's own).")
@@ -35,10 +35,13 @@ DTYPE_NAMES = ("bf16", "fp16", "fp32")
     help="One markdown table of weights, KV cache and activations at bf16, int8 and int4 (no free memory).",
 )
 def plan_command(model_spec, shapes, list_shapes, quantize, dtype, device, window, batch_size, cfg, table):
-    """Print the memory a decode needs: weights, KV cache, buffers and activations."""
+    """Print the memory a decode needs: weights, KV cache, buffers and activations. It needs no GPU:
+    a device this machine lacks is planned against ``JACOBIGEN_DEVICE_MEMORY`` (or its free memory is
+    said to be unknown)."""
     from ..core.errors import ConfigError
+    from ..core.quantize import check_mode
     from ..models import memory
-    from ..models.memory import DTYPES
+    from ..models.load import check_dtype, default_dtype, parse_device
 
     if list_shapes:
         for s in memory.SHAPES.values():
@@ -54,10 +57,14 @@ def plan_command(model_spec, shapes, list_shapes, quantize, dtype, device, windo
         chosen = [found]
     if not chosen:
         raise click.UsageError("give --shape NAME (or all) or --model SPEC")
+    device = parse_device(device)
+    check_mode(quantize, device)  # int4 off CUDA, as generate refuses it
+    # the dtype the loader would use: named shapes are family checkpoints (bfloat16 as released)
+    dtype = check_dtype(dtype, quantize) or default_dtype(model_spec or "family:", str(device))
     kw = dict(device=device, window=window, batch=batch_size, cfg=cfg)
     if table:
         click.echo(memory.table(chosen, **kw))
         return
     for i, shape in enumerate(chosen):
-        p = memory.plan(shape, dtype=DTYPES[dtype] if dtype else None, quantize=quantize, **kw)
+        p = memory.plan(shape, dtype=dtype, quantize=quantize, **kw)
         click.echo(("\n" if i else "") + p.text())

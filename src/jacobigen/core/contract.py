@@ -95,6 +95,14 @@ def model_device(model: ImageModel) -> torch.device:
     return first.device
 
 
+def model_dtype(model) -> str | None:
+    """The dtype of the model's floating-point weights as ``--dtype`` names it (``"bfloat16"``), None
+    for a model without any: what a run records as the dtype of the model it sampled."""
+    params = model.parameters() if hasattr(model, "parameters") else ()
+    first = next((p for p in params if p.is_floating_point()), None)
+    return None if first is None else str(first.dtype).removeprefix("torch.")
+
+
 def check_model(model: ImageModel) -> torch.device:
     """The contract's static part, checked before decoding: members, sizes, the cache type.
     Returns the model's device."""

@@ -4,6 +4,7 @@ allocation of hundreds of gigabytes (or a machine brought to its knees) halfway 
 
 from __future__ import annotations
 
+import math
 import os
 import re
 
@@ -18,6 +19,7 @@ PER_SLOT = 12  # [slots, V] float buffers a row keeps (targets, drafts' q, histo
 MEMORY_ENV = "JACOBIGEN_DEVICE_MEMORY"  # bytes free to plan on, instead of the device's count (tests, shared machines)
 UNITS = {"": 1, "k": 2**10, "kib": 2**10, "m": 2**20, "mib": 2**20, "g": 2**30, "gib": 2**30, "t": 2**40, "tib": 2**40}
 UNITS.update(kb=10**3, mb=10**6, gb=10**9, tb=10**12)
+MAX_MEMORY = 2**64  # bytes: far past any machine, below what a count can hold
 
 
 def memory_override() -> int | None:
@@ -28,17 +30,22 @@ def memory_override() -> int | None:
     found = re.fullmatch(r"([0-9]+(?:\.[0-9]*)?(?:e[0-9]+)?)\s*([a-z]*)", text.lower())
     if not found or found.group(2) not in UNITS:
         raise ConfigError(f"{MEMORY_ENV}={text!r}: give bytes, optionally with a unit (KiB, MiB, GiB, GB), e.g. 24GiB")
-    return int(float(found.group(1)) * UNITS[found.group(2)])
+    n = float(found.group(1)) * UNITS[found.group(2)]
+    if not (math.isfinite(n) and n < MAX_MEMORY):
+        raise ConfigError(f"{MEMORY_ENV}={text!r}: give at most {MAX_MEMORY:.3g} bytes (16 EiB), e.g. 24GiB")
+    return int(n)
 
 
 def free_memory(device: torch.device) -> int | None:
-    """Bytes free on ``device`` (CUDA: the driver's count; CPU: MemAvailable), None if unknown;
-    ``JACOBIGEN_DEVICE_MEMORY`` replaces the count when set."""
+    """Bytes free on ``device`` (CUDA: the driver's count; CPU: MemAvailable), None if unknown (a
+    device this machine lacks: a plan made for another machine); ``JACOBIGEN_DEVICE_MEMORY`` replaces
+    the count when set."""
     override = memory_override()
     if override is not None:
         return override
     if device.type == "cuda":
-        return torch.cuda.mem_get_info(device)[0]
+        present = torch.cuda.is_available() and (device.index or 0) < torch.cuda.device_count()
+        return torch.cuda.mem_get_info(device)[0] if present else None
     if device.type != "cpu":
         return None
     try:

@@ -38,6 +38,7 @@ class DecodeStats:
     forward_path: str = "eager"  # graphed, eager, eager (graphs failed: why), compiled step (Engine.forward_path)
     lossless: bool = True  # False for relaxed (lossy) verifiers
     quantize: str | None = None  # the target model's weight quantization (int8, int4), None: its own dtype
+    dtype: str | None = None  # the target model's dtype (float32, bfloat16, float16): the distribution sampled
     when: torch.Tensor | None = field(default=None, repr=False, compare=False)  # [B, length] iteration
     #   that committed each token (0: the prefill): the acceptance map
     _pending: list = field(default_factory=list, repr=False, compare=False)
@@ -117,6 +118,7 @@ class DecodeStats:
             "batch": self.batch,
             "lossless": self.lossless,
             "quantize": self.quantize,
+            "dtype": self.dtype,
             "nfe": self.nfe,
             "sequence_nfe": self.sequence_nfe,
             "tokens": self.tokens,

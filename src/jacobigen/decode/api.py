@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import torch
 
 from ..core.checks import MAX_SEED, image_seeds, integer
-from ..core.contract import ImageModel, check_layout_type
+from ..core.contract import ImageModel, check_layout_type, model_dtype
 from ..core.errors import ConfigError
 from ..core.layout import ImageLayout
 from ..core.quantize import quantize_model, quantized_as
@@ -185,6 +185,7 @@ def generate(
     tokens, stats = decoder.run(rows, seeds, progress, batch_size)
     stats.lossless = spec.lossless
     stats.quantize = quantized_as(model)
+    stats.dtype = model_dtype(model)
     return Generation(tokens, layout.grid(tokens), stats, spec)
 
 

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 from PIL import Image
 
-from ..core.contract import ImageModel
+from ..core.contract import ImageModel, model_dtype
 from ..core.errors import ConfigError, PromptWarning
 from ..core.layout import ImageLayout, VideoLayout
 from ..decode.api import Generation, generate
@@ -53,6 +53,11 @@ class ModelBundle:
     prompt_note: Callable[[str], str | None] | None = None
     max_frames: int | None = None  # a video model's longest clip (None: its layout's frames only)
     latents: torch.Tensor | None = None  # image ids' VQ codebook rows, GSD/LANTERN's neighbours
+
+    @property
+    def dtype(self) -> str | None:
+        """The model's dtype (``"float32"``, ``"bfloat16"``...): whose distribution the bundle samples."""
+        return model_dtype(self.model)
 
     def with_frames(self, frames: int | None) -> ModelBundle:
         """The same video model making clips of ``frames`` frames (None: its own number)."""

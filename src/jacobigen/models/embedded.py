@@ -29,6 +29,10 @@ UNK = 1029  # word captions: a word outside the vocabulary
 WORD_OFFSET = 1030  # word captions: the vocabulary's i-th word -> id 1030 + i
 IMAGE_TOKENS = GRID * (GRID + 1) + 1  # rows with EOL, then EOI: 273
 CLIP_FRAME_TOKENS = GRID * (GRID + 1) + 1  # in a clip: rows with EOL, then EOF: 273
+# The transformer's dtype by default (``--dtype`` chooses another): float32. bfloat16 makes a block cheaper
+# against a single token on a CPU with native bf16 (docs/results.md, "Block cost by dtype"), but it is
+# another model, so every published result would change with it: the default stays the dtype they ran in.
+DTYPE = "float32"
 SAMPLING = {"cfg": 3.0, "temperature": 1.0, "top_k": 200}  # recommended (the command line's help shows it)
 # Clips sample with a nucleus, as Cosmos-1-AR does (0.9 for its 12B model, 0.8 for its 4B, the setting of
 # SCD's Cosmos runs): top-k 200's tail lets each frame drift from the last, and the drift compounds

@@ -29,9 +29,11 @@ VIDEO_PROMPTS = [
 ]
 EMBEDDED_PROMPTS = ["red heart", "grinning face", "red apple", "blue car", "sun", "green tree", "yellow star", "pizza"]
 PROMPT_BYTES = 48  # the random model's prompt bytes, as the byte-caption emoji model's
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}  # --dtype's names
+EMBEDDED_DTYPE = DTYPES[E.DTYPE]
 
 
-def emoji_export(weights: Path, device: str, what: str, extra_ids: int = 0):
+def emoji_export(weights: Path, device: str, what: str, extra_ids: int = 0, dtype: torch.dtype = EMBEDDED_DTYPE):
     """(VQ, transformer, caption reader) of an emoji model folder, checked to belong together: the
     transformer's ids are its captions' plus ``extra_ids`` (end-of-frame for clips)."""
     from .vq import VQModel
@@ -43,7 +45,7 @@ def emoji_export(weights: Path, device: str, what: str, extra_ids: int = 0):
             f"its words.json for word captions: a training export)"
         )
     vq = VQModel.load(own_or_shipped(weights, "vq.safetensors"), device=device)
-    model = load_transformer(weights / "ar.safetensors", device=device)
+    model = load_transformer(weights / "ar.safetensors", dtype, device)
     captions = E.captions_for(weights)
     if model.vocab_size != captions.vocab_size + extra_ids:
         reader = "words.json" if isinstance(captions, E.WordCaptions) else "bytes, no words.json"
@@ -60,11 +62,12 @@ def vq_pictures(vq, grids: torch.Tensor) -> list[Image.Image]:
     return [Image.fromarray(p) for p in pixels]
 
 
-def embedded_bundle(weights: Path = WEIGHTS, device: str = "cpu") -> ModelBundle:
+def embedded_bundle(weights: Path = WEIGHTS, device: str = "cpu", dtype: torch.dtype = EMBEDDED_DTYPE) -> ModelBundle:
     """The emoji model that ships in the package: VQ tokenizer + text-conditioned AR transformer.
     ``weights`` is a folder with ``ar.safetensors`` (and ``words.json`` for word captions); the VQ
-    and the held-out reference come from it when it has them, else from the package."""
-    vq, model, captions = emoji_export(weights, device, "an emoji model")
+    and the held-out reference come from it when it has them, else from the package. ``dtype``: the
+    transformer's (the VQ decodes in float32)."""
+    vq, model, captions = emoji_export(weights, device, "an emoji model", dtype=dtype)
     layout = ImageLayout(E.GRID, E.GRID, (0, E.CODEBOOK_SIZE), eol_id=E.EOL, end_id=E.EOI)
     return ModelBundle(
         "emoji",
@@ -80,11 +83,13 @@ def embedded_bundle(weights: Path = WEIGHTS, device: str = "cpu") -> ModelBundle
     )
 
 
-def video_bundle(weights: Path = WEIGHTS / "video", device: str = "cpu") -> ModelBundle:
+def video_bundle(
+    weights: Path = WEIGHTS / "video", device: str = "cpu", dtype: torch.dtype = EMBEDDED_DTYPE
+) -> ModelBundle:
     """The animated-emoji model: the image model's VQ decodes each frame; its captions are read like
     the image model's; end-of-frame is the first id after the captions'. Clips hold up to as many
     frames as the model's positions were trained for."""
-    vq, model, captions = emoji_export(weights, device, "an animated-emoji model (training/train_video.py)", 1)
+    vq, model, captions = emoji_export(weights, device, "an animated-emoji model (training/train_video.py)", 1, dtype)
     frames = E.clip_frames(captions, model.max_seq_len)
     layout = VideoLayout(
         E.GRID, E.GRID, (0, E.CODEBOOK_SIZE), eol_id=E.EOL, end_id=E.EOI, frames=frames, eof_id=captions.vocab_size
@@ -108,11 +113,18 @@ def video_bundle(weights: Path = WEIGHTS / "video", device: str = "cpu") -> Mode
     )
 
 
-def random_bundle(seed: int = 0, rows: int = 16, cols: int = 16, codes: int = 1024, device: str = "cpu") -> ModelBundle:
+def random_bundle(
+    seed: int = 0,
+    rows: int = 16,
+    cols: int = 16,
+    codes: int = 1024,
+    device: str = "cpu",
+    dtype: torch.dtype = EMBEDDED_DTYPE,
+) -> ModelBundle:
     """A random-weight model with a realistic layout: for trying the tools, not for pictures."""
     eol, boi, bos = codes, codes + 1, codes + 2
     layout = ImageLayout(rows, cols, (0, codes), eol_id=eol, header=(boi,))
-    model, encode = _random_model(seed, layout, codes + 3, bos, layout.length, device)
+    model, encode = _random_model(seed, layout, codes + 3, bos, layout.length, device, dtype)
     return ModelBundle(
         "random",
         model,
@@ -125,14 +137,20 @@ def random_bundle(seed: int = 0, rows: int = 16, cols: int = 16, codes: int = 10
 
 
 def random_video_bundle(
-    seed: int = 0, frames: int = 4, side: int = 8, codes: int = 1024, max_frames: int = 8, device: str = "cpu"
+    seed: int = 0,
+    frames: int = 4,
+    side: int = 8,
+    codes: int = 1024,
+    max_frames: int = 8,
+    device: str = "cpu",
+    dtype: torch.dtype = EMBEDDED_DTYPE,
 ) -> ModelBundle:
     """A random-weight clip model with every structural token (end of line, frame and clip): for
     trying the video tools, not for pictures."""
     eol, boi, bos, eof, end = range(codes, codes + 5)
     layout = VideoLayout(side, side, (0, codes), eol_id=eol, end_id=end, header=(boi,), frames=frames, eof_id=eof)
     longest = replace(layout, frames=max_frames).length
-    model, encode = _random_model(seed, layout, codes + 5, bos, longest, device)
+    model, encode = _random_model(seed, layout, codes + 5, bos, longest, device, dtype)
     return ModelBundle(
         "random-video",
         model,
@@ -145,9 +163,12 @@ def random_video_bundle(
     )
 
 
-def _random_model(seed: int, layout: ImageLayout, byte_offset: int, bos: int, longest: int, device: str):
+def _random_model(
+    seed: int, layout: ImageLayout, byte_offset: int, bos: int, longest: int, device: str, dtype: torch.dtype
+):
     """(model, encode) of a random model: fan-in scaled weights give peaked, context-dependent
-    next-token laws; a prompt is BOS and its first UTF-8 bytes, each ``byte_offset + b``."""
+    next-token laws (drawn in float32, then cast to ``dtype``); a prompt is BOS and its first UTF-8
+    bytes, each ``byte_offset + b``."""
     torch.manual_seed(seed)
     model = Transformer(
         TransformerConfig(vocab_size=byte_offset + 256, dim=128, n_layers=4, n_heads=4, max_seq_len=64 + longest)
@@ -156,7 +177,7 @@ def _random_model(seed: int, layout: ImageLayout, byte_offset: int, bos: int, lo
     def encode(text: str) -> list[int]:
         return [bos, *(byte_offset + b for b in text.encode()[:PROMPT_BYTES])]
 
-    return model.to(device).eval(), encode
+    return model.to(device, dtype).eval(), encode
 
 
 def own_or_shipped(weights: Path, name: str) -> Path:
@@ -173,15 +194,38 @@ def heldout_reference(weights: Path = WEIGHTS) -> tuple[list[str], list[Image.Im
     return meta["captions"], [sheet.crop(box) for box in boxes]
 
 
+DEVICE_TYPES = ("cpu", "cuda", "mps")
+
+
+def present_devices() -> list[str]:
+    """The devices this machine has, as ``--device`` names them."""
+    cuda = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    mps = torch.backends.mps.is_available()
+    return ["cpu", *(f"cuda:{i}" for i in range(cuda)), *(["mps"] if mps else [])]
+
+
+def parse_device(device: str) -> torch.device:
+    """``device`` as a torch device of a supported type (cpu, cuda, cuda:N, mps), present or not: a
+    :class:`ConfigError` naming the valid ones otherwise. ``plan`` needs no more: it plans for a device
+    this machine lacks."""
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError):
+        dev = None
+    if dev is None or dev.type not in DEVICE_TYPES:
+        raise ConfigError(
+            f"--device {device!r} is not a device: use cpu, cuda, cuda:N or mps "
+            f"(this machine has {', '.join(present_devices())})"
+        )
+    return dev
+
+
 def resolve_device(device: str | None) -> str:
     """``device`` checked against this machine (the same error for every model); None: CUDA when
     available, else the CPU."""
     if device is None:
         return default_device()
-    try:
-        dev = torch.device(device)
-    except (RuntimeError, TypeError):
-        raise ConfigError(f"--device {device!r} is not a device: use cpu, cuda, cuda:N or mps") from None
+    dev = parse_device(device)
     if dev.type == "cuda":
         count = torch.cuda.device_count() if torch.cuda.is_available() else 0
         if count == 0:
@@ -194,8 +238,6 @@ def resolve_device(device: str | None) -> str:
             raise ConfigError(f"--device {device}: this machine has {count} CUDA device(s), cuda:0..cuda:{count - 1}")
     elif dev.type == "mps" and not torch.backends.mps.is_available():
         raise ConfigError(f"--device {device}: MPS is not available on this machine; use --device cpu")
-    elif dev.type not in ("cpu", "cuda", "mps"):
-        raise ConfigError(f"--device {device}: only cpu, cuda and mps devices are supported")
     return device
 
 
@@ -223,8 +265,36 @@ def weights_provenance(spec: str) -> dict[str, str] | str:
     return weights_id(spec)
 
 
+def check_dtype(dtype, quantize: str | None = None) -> torch.dtype | None:
+    """``dtype`` (a name in :data:`DTYPES` or a torch dtype; None: the model's default) as a torch
+    dtype, checked against ``quantize`` (int4 runs in bfloat16 only)."""
+    if dtype is None:
+        return None
+    found = DTYPES.get(dtype) if isinstance(dtype, str) else dtype if dtype in DTYPES.values() else None
+    if found is None:
+        raise ConfigError(f"dtype must be one of {', '.join(DTYPES)} (or None: the model's default), got {dtype!r}")
+    if quantize == "int4" and found != torch.bfloat16:
+        raise ConfigError(f"--quantize int4 runs in bfloat16 (torchao's int4 kernel): drop --dtype {str(found)[6:]}")
+    return found
+
+
+def default_dtype(spec: str, device: str) -> torch.dtype:
+    """The dtype ``spec`` loads at when none is given: a family checkpoint's, bfloat16, as released;
+    the embedded and random models', :data:`jacobigen.models.embedded.DTYPE` (measured: docs/cli.md)."""
+    family = spec.partition(":")[0]
+    if family in ("default", "emoji", "emoji-video", "random", "random-video"):
+        return EMBEDDED_DTYPE
+    from .families.base import default_dtype as family_dtype
+
+    return family_dtype(device)
+
+
 def load_bundle(
-    spec: str = "default", device: str | None = None, trust_checkpoint: bool = False, quantize: str | None = None
+    spec: str = "default",
+    device: str | None = None,
+    trust_checkpoint: bool = False,
+    quantize: str | None = None,
+    dtype: str | torch.dtype | None = None,
 ) -> ModelBundle:
     """``default``/``emoji`` (shipped), ``emoji:DIR`` (an emoji model export: ar.safetensors and its
     words.json), ``random``, ``random-video`` (a clip model), or ``FAMILY:PATH`` for a real model family.
@@ -232,12 +302,15 @@ def load_bundle(
     ``trust_checkpoint`` lets a family read pickled checkpoints that hold Python objects
     (unpickling them can run code). ``quantize`` (``"int8"``, or ``"int4"`` on CUDA) quantizes the
     model's linear weights after loading (:mod:`jacobigen.core.quantize`; checked before loading):
-    the bundle then samples the quantized model's distribution."""
+    the bundle then samples the quantized model's distribution. ``dtype`` (``"float32"``,
+    ``"bfloat16"``, ``"float16"``; None: :func:`default_dtype`) is the model's: the bundle samples
+    that model's distribution, and lossless methods sample it exactly (``bundle.dtype`` says which)."""
     if not isinstance(spec, str):
         raise ConfigError(f"model must be a spec string such as 'default' or 'chameleon:DIR', got {spec!r}")
     device = resolve_device(device)
     check_mode(quantize, device)
-    bundle = _load(spec, device, trust_checkpoint)
+    dtype = check_dtype(dtype, quantize) or default_dtype(spec, device)
+    bundle = _load(spec, device, trust_checkpoint, dtype)
     quantize_model(bundle.model, quantize)  # type: ignore[arg-type]
     return bundle
 
@@ -254,24 +327,24 @@ def check_spec(spec: str) -> str:
     return spec
 
 
-def _load(spec: str, device: str, trust_checkpoint: bool) -> ModelBundle:
+def _load(spec: str, device: str, trust_checkpoint: bool, dtype: torch.dtype) -> ModelBundle:
     if spec == "random":
-        return random_bundle(device=device)
+        return random_bundle(device=device, dtype=dtype)
     if spec == "random-video":
-        return random_video_bundle(device=device)
+        return random_video_bundle(device=device, dtype=dtype)
     if spec == "emoji-video":
-        return video_bundle(device=device)
+        return video_bundle(device=device, dtype=dtype)
     if spec in ("default", "emoji"):
-        return embedded_bundle(device=device)
+        return embedded_bundle(device=device, dtype=dtype)
     family, _, path = spec.partition(":")
     if family == "emoji" and path:
-        return embedded_bundle(Path(path), device=device)
+        return embedded_bundle(Path(path), device, dtype)
     if family == "emoji-video" and path:
-        return video_bundle(Path(path), device=device)
+        return video_bundle(Path(path), device, dtype)
     from .families import FAMILIES, load_family
 
     if family.lower() in FAMILIES and path:
-        return load_family(family, path, device, trust_checkpoint)
+        return load_family(family, path, device, trust_checkpoint, dtype)
     raise ConfigError(
         f"unknown model {spec!r}: use 'default', 'emoji:DIR', 'random', 'random-video' or "
         f"FAMILY:PATH with FAMILY one of {', '.join(sorted(FAMILIES))}"

@@ -30,7 +30,7 @@ import torch
 
 from ..core.cache import cache_slots
 from ..core.errors import ConfigError
-from ..core.limits import BUDGET, PER_SLOT, free_memory, size
+from ..core.limits import BUDGET, MEMORY_ENV, PER_SLOT, free_memory, size
 
 PROMPT_TOKENS = 64  # a text prompt's tokens when no prompt is given (the families' templates hold 20-40)
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
@@ -122,6 +122,11 @@ class Plan:
     loading: int = 0  # the weights at the model's dtype: they load so, then are quantized
 
     @property
+    def load_dtype(self) -> torch.dtype:
+        """The dtype the weights load at, and the activations and cache run at (int4 runs in bf16)."""
+        return torch.bfloat16 if self.quantize == "int4" else self.dtype
+
+    @property
     def peak_loading(self) -> int:
         """Bytes while the weights load: at their dtype before quantization (the widest layer's
         quantized copy besides them is small enough to leave out)."""
@@ -146,7 +151,7 @@ class Plan:
         weights = self.quantize or str(self.dtype).removeprefix("torch.")
         head = f"memory plan: {s.name} on {self.device}, weights {weights}"
         if self.quantize:
-            head += f" (activations and cache {str(self.dtype if self.quantize != 'int4' else torch.bfloat16)[6:]})"
+            head += f" (activations and cache {str(self.load_dtype)[6:]})"
         guided = " x 2 for CFG" if self.rows > n else ""
         out = [
             head,
@@ -161,10 +166,13 @@ class Plan:
         if self.quantize:
             out.append(
                 f"  loading      {size(self.peak_loading):>10}  (the weights load at "
-                f"{str(self.dtype)[6:]}, then are quantized)"
+                f"{str(self.load_dtype)[6:]}, then are quantized)"
             )
         if self.free is None:
-            out.append(f"  total        {size(self.total):>10}  (free memory on {self.device} unknown)")
+            out.append(
+                f"  total        {size(self.total):>10}  (free memory on {self.device} unknown: set "
+                f"{MEMORY_ENV}, e.g. 24GiB, to plan against a budget)"
+            )
         else:
             verdict = "fits" if self.fits else "does NOT fit"
             out.append(f"  total        {size(self.total):>10}  of {size(self.free)} free on {self.device}: {verdict}")
@@ -181,10 +189,13 @@ class Plan:
     def refusal(self) -> str:
         """The one-line error for a plan that does not fit, with its figures and what to change."""
         if self.free is not None and self.peak_loading > self.free:
+            loads = f"its weights load at {str(self.load_dtype)[6:]} ({size(self.peak_loading)})"
+            if self.quantize:
+                loads += " before they are quantized"
+            why = " (quantizing while loading is not done yet)" if self.quantize else ""
             return (
-                f"{self.shape.name} does not fit on {self.device}: its weights load at {str(self.dtype)[6:]} "
-                f"({size(self.peak_loading)}) before they are quantized, and {size(self.free)} is free "
-                f"(quantizing while loading is not done yet); a machine with more memory is needed"
+                f"{self.shape.name} does not fit on {self.device}: {loads}, and {size(self.free)} is free{why}; "
+                "a machine with more memory is needed"
             )
         hints = []
         if self.quantize is None:

@@ -54,6 +54,7 @@ class Settings:
     device: str | None = None  # where the model loads (None: CUDA when available)
     threads: int | None = None  # torch threads (None: as `jacobigen generate` chooses them)
     quantize: str | None = None  # int8 / int4 linear weights (torchao), None: the model's dtype
+    dtype: str | None = None  # the model's dtype (--dtype), None: its default
 
 
 def error(status: int, message: str, param: str | None = None, headers: dict | None = None) -> JSONResponse:

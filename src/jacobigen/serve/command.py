@@ -9,6 +9,7 @@ import sys
 
 import click
 
+from ..tools.dtypes import DTYPE_OPTION
 from ..tools.threads import check_threads
 
 DEFAULT_PORT = 8000
@@ -68,6 +69,7 @@ def _need(modules: list[str], install: str) -> None:
     help="Quantize the model's linear weights, as for generate (torchao; int4 on CUDA only). The images "
     "then follow the quantized model's distribution.",
 )
+@DTYPE_OPTION
 @click.option(
     "--deterministic",
     is_flag=True,
@@ -88,6 +90,7 @@ def serve(
     device,
     threads,
     quantize,
+    dtype,
     deterministic,
     use_ray,
     replicas,
@@ -116,6 +119,7 @@ def serve(
         device=device,
         threads=threads,
         quantize=quantize,
+        dtype=dtype,
     )
     if use_ray:
         _need(["ray.serve"], "'ray[serve]'")

@@ -19,9 +19,10 @@ DRAIN_POLL = 0.1  # seconds between checks that the drain is done
 def load(model_spec: str, settings: Settings | None = None):
     """The bundle to serve on ``settings.device`` (None: CUDA when available), with torch's threads
     chosen for it as ``jacobigen generate`` chooses them (``settings.threads``: that many) and its
-    linear weights quantized as ``settings.quantize`` says (None: as stored)."""
+    linear weights quantized as ``settings.quantize`` says (None: as stored), in ``settings.dtype``
+    (None: the model's default)."""
     settings = settings or Settings()
-    bundle = load_bundle(model_spec, settings.device, quantize=settings.quantize)
+    bundle = load_bundle(model_spec, settings.device, quantize=settings.quantize, dtype=settings.dtype)
     if settings.quantize:
         log.info("weights: %s (images follow the quantized model's distribution)", settings.quantize)
     choose_threads(bundle.model, settings.threads)

@@ -75,7 +75,7 @@ def write_table(path: Path, bundle, steps: dict, sampling: dict, how: dict) -> s
         "entries": [],
     }
     replaced = any(e["sampling"] == key for e in table["entries"])
-    made = {**how, "torch": torch.__version__, "date": time.strftime("%Y-%m-%d")}
+    made = {**how, "dtype": bundle.dtype, "torch": torch.__version__, "date": time.strftime("%Y-%m-%d")}
     entry = {"sampling": key, "made": made, "steps": steps}
     table["entries"] = [e for e in table["entries"] if e["sampling"] != key] + [entry]
     atomic_write(path, (json.dumps(table, indent=1) + "\n").encode(), "step table")

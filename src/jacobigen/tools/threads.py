@@ -99,11 +99,11 @@ def environment(model, model_spec: str | None = None) -> dict:
     """What a run on this machine depends on and where it came from, for every benchmark's JSON:
     threads, OpenMP wait policy, torch, device, CPU, the load average now (``loadavg_before``; the
     caller adds ``loadavg_after``), the git commit of this checkout, given the ``--model``
-    spec, the weights (:func:`jacobigen.models.weights_provenance`: sha256 of each shipped file), and
-    their quantization (``--quantize``)."""
+    spec, the weights (:func:`jacobigen.models.weights_provenance`: sha256 of each shipped file),
+    their quantization (``--quantize``) and dtype (``--dtype``)."""
     import torch
 
-    from ..core.contract import model_device
+    from ..core.contract import model_device, model_dtype
     from ..core.quantize import quantized_as
 
     weights = None
@@ -122,6 +122,7 @@ def environment(model, model_spec: str | None = None) -> dict:
         "model_spec": model_spec,
         "weights": weights,
         "quantize": quantized_as(model),  # int8 / int4 weights (--quantize), None: the model's dtype
+        "dtype": model_dtype(model),  # the model's (--dtype): whose distribution the run sampled
     }
 
 

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import torch
+
 from ...core.errors import WeightsError
 from ...core.layout import ImageLayout
 from ..bundle import ModelBundle, rows_encoder
@@ -52,8 +54,16 @@ def anole_pipeline(
     )
 
 
-def load(path: str | Path, device: str = "cpu", trust_checkpoint: bool = False, backend: str = "ours") -> ModelBundle:
+def load(
+    path: str | Path,
+    device: str = "cpu",
+    trust_checkpoint: bool = False,
+    backend: str = "ours",
+    dtype: torch.dtype | None = None,
+) -> ModelBundle:
     """A transformers-format Anole directory (e.g. ``leloy/Anole-7b-v0.1-hf``) with Chameleon's
     ``vqgan.ckpt`` in it or in ``tokenizer/``."""
     use_ours(backend)  # refuse a bad name before loading gigabytes
-    return anole_pipeline(*load_chameleon(path, device, "Anole", trust_checkpoint), backend=backend, release=True)
+    return anole_pipeline(
+        *load_chameleon(path, device, "Anole", trust_checkpoint, dtype), backend=backend, release=True
+    )

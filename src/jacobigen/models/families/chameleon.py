@@ -179,14 +179,16 @@ def size_from_name(path: Path) -> int | None:
     return None
 
 
-def load_chameleon(path: str | Path, device: str, what: str, trust_checkpoint: bool = False):
+def load_chameleon(
+    path: str | Path, device: str, what: str, trust_checkpoint: bool = False, dtype: torch.dtype | None = None
+):
     """(transformers model, tokenizer, VQGAN decoder or None) of a Chameleon-format directory."""
     from transformers import ChameleonForConditionalGeneration
 
     from .vq import find_chameleon_vqgan, load_chameleon_vqgan
 
     path = require_dir(path, what)
-    hf = load_hf(ChameleonForConditionalGeneration, path, what, device, repair=expand_shard_norms)
+    hf = load_hf(ChameleonForConditionalGeneration, path, what, device, dtype, repair=expand_shard_norms)
     tok = load_tokenizer(path, what)
     ckpt = find_chameleon_vqgan(path)
     vq = load_chameleon_vqgan(ckpt, device, trust_checkpoint) if ckpt else None
@@ -199,10 +201,11 @@ def load(
     size: int | None = None,
     trust_checkpoint: bool = False,
     backend: str = "ours",
+    dtype: torch.dtype | None = None,
 ) -> ModelBundle:
     """``size``: image side in pixels; by default the one the release name states, else 768.
     ``backend``: see :mod:`.base`; with ours, transformers' decoder layers are dropped after conversion."""
     use_ours(backend)  # refuse a bad name before loading gigabytes
-    hf, tok, vq = load_chameleon(path, device, "Chameleon / Lumina-mGPT", trust_checkpoint)
+    hf, tok, vq = load_chameleon(path, device, "Chameleon / Lumina-mGPT", trust_checkpoint, dtype)
     side = size or size_from_name(Path(path).expanduser()) or 768
     return chameleon_pipeline(hf, tok, side, vq, backend, release=True)

@@ -319,9 +319,9 @@ def cosmos_pipeline(model: Cosmos, decoder_path: Path | None = None, device: str
     )
 
 
-def load(path: str | Path, device: str = "cpu") -> ModelBundle:
+def load(path: str | Path, device: str = "cpu", dtype: torch.dtype | None = None) -> ModelBundle:
     """``--model cosmos:DIR`` (``DIR/model.pt``, its ``decoder.jit`` found beside it or in the
     tokenizer's release folder next to it)."""
     p = Path(path).expanduser()
-    model = load_cosmos(p, device)
+    model = load_cosmos(p, device, dtype)
     return cosmos_pipeline(model, find_decoder(p if p.is_dir() else p.parent), device)

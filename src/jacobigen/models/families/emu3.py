@@ -88,14 +88,16 @@ def emu3_pipeline(
     )
 
 
-def load(path: str | Path, device: str = "cpu", size: int = 720, backend: str = "ours") -> ModelBundle:
+def load(
+    path: str | Path, device: str = "cpu", size: int = 720, backend: str = "ours", dtype: torch.dtype | None = None
+) -> ModelBundle:
     """``size``: image side in pixels (the VQ downsamples by 8; 720 is Emu3-Gen's default area).
     ``backend``: see :mod:`.base`; with ours, transformers' decoder layers are dropped after conversion."""
     from transformers import Emu3ForConditionalGeneration
 
     use_ours(backend)  # refuse a bad name before loading gigabytes
     path = require_dir(path, "Emu3")
-    hf = load_hf(Emu3ForConditionalGeneration, path, "Emu3", device)
+    hf = load_hf(Emu3ForConditionalGeneration, path, "Emu3", device, dtype)
     tok = load_tokenizer(path, "Emu3")
     try:
         from transformers import AutoImageProcessor

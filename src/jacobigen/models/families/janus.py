@@ -123,11 +123,11 @@ def janus_pipeline(hf, tokenizer, backend: str = "ours", release: bool = False) 
     )
 
 
-def load(path: str | Path, device: str = "cpu", backend: str = "ours") -> ModelBundle:
+def load(path: str | Path, device: str = "cpu", backend: str = "ours", dtype: torch.dtype | None = None) -> ModelBundle:
     """``backend``: see :mod:`.base`; with ours, transformers' decoder layers are dropped after conversion."""
     from transformers import JanusForConditionalGeneration
 
     use_ours(backend)  # refuse a bad name before loading gigabytes
     path = require_dir(path, "Janus")
-    hf = load_hf(JanusForConditionalGeneration, path, "Janus", device)
+    hf = load_hf(JanusForConditionalGeneration, path, "Janus", device, dtype)
     return janus_pipeline(hf, load_tokenizer(path, "Janus"), backend, release=True)

@@ -217,7 +217,13 @@ def t5_caption_fn(t5_dir: Path, device: str, max_length: int = 120):
     return fn
 
 
-def load(path: str | Path, device: str = "cpu", size: int | None = None, trust_checkpoint: bool = False) -> ModelBundle:
+def load(
+    path: str | Path,
+    device: str = "cpu",
+    size: int | None = None,
+    trust_checkpoint: bool = False,
+    dtype: torch.dtype | None = None,
+) -> ModelBundle:
     """``path``: a GPT checkpoint file, or a directory holding exactly one (c2i_*/t2i_* .pt or
     .safetensors). Beside it: the VQ of the same task (``vq_ds16_c2i.pt`` or ``vq_ds16_t2i.pt``) and,
     for t2i, FLAN-T5-XL in ``t5``/``flan-t5-xl``/``t5-ckpt/flan-t5-xl``. ``size``: image side in
@@ -225,7 +231,7 @@ def load(path: str | Path, device: str = "cpu", size: int | None = None, trust_c
     ckpt = gpt_checkpoint(Path(path).expanduser())
     root = ckpt.parent
     over = {"block_size": (size // DOWNSAMPLE) ** 2} if size else {}
-    model = load_llamagen(ckpt, device, trust_checkpoint=trust_checkpoint, **over)
+    model = load_llamagen(ckpt, device, dtype, trust_checkpoint=trust_checkpoint, **over)
     from .vq import load_llamagen_vq
 
     kind = model.config.model_type

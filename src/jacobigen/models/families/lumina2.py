@@ -292,11 +292,17 @@ def check_folder(folder: Path) -> Path:
     return folder
 
 
-def load(path: str | Path, device: str = "cpu", size: int | None = None, trust_checkpoint: bool = False) -> ModelBundle:
-    """``size``: image side in pixels (default 768). Weights load in bf16 on CUDA, else float32."""
+def load(
+    path: str | Path,
+    device: str = "cpu",
+    size: int | None = None,
+    trust_checkpoint: bool = False,
+    dtype: torch.dtype | None = None,
+) -> ModelBundle:
+    """``size``: image side in pixels (default 768). Weights load at ``dtype`` (default bf16, as released)."""
     check_size(size or 768)  # refuse a bad size before reading gigabytes
     folder = check_folder(require_dir(path, "Lumina-mGPT 2.0"))
-    model = load_decoder(folder, default_dtype(device), device)
+    model = load_decoder(folder, dtype or default_dtype(device), device)
     tokenizer = load_tokenizer(folder, "Lumina-mGPT 2.0")
     ckpt = find_movqgan(folder)
     vq = load_movqgan(ckpt, device, trust_checkpoint) if ckpt else None

@@ -1,0 +1,67 @@
+"""``dtype=``: the model's dtype chosen at load, recorded where a run says what it sampled, and the
+lossless methods as exact (and reproducible) in bfloat16 as in float32."""
+
+import pytest
+import torch
+
+from jacobigen.core.errors import ConfigError
+from jacobigen.models import embedded as E
+from jacobigen.models.load import check_dtype, default_dtype, load_bundle
+from jacobigen.tools.threads import environment
+
+
+@pytest.fixture(scope="module")
+def bf16():
+    return load_bundle("random", "cpu", dtype="bfloat16")
+
+
+def test_the_random_model_loads_in_the_dtype_asked_for(bf16):
+    assert bf16.dtype == "bfloat16"
+    assert {p.dtype for p in bf16.model.parameters()} == {torch.bfloat16}
+    assert load_bundle("random", "cpu").dtype == E.DTYPE
+    assert load_bundle("random", "cpu", dtype=torch.float16).dtype == "float16"
+
+
+@pytest.mark.parametrize(("method", "window"), [("ar", 1), ("scd-mc", 16), ("sjd-pac", 16)])
+def test_bfloat16_decodes_reproducibly_and_records_its_dtype(bf16, method, window):
+    runs = [bf16.generate(["red heart", "blue car"], method=method, window=window, seed=3)[0] for _ in range(2)]
+    assert torch.equal(runs[0].tokens, runs[1].tokens)
+    assert runs[0].stats.as_dict()["dtype"] == "bfloat16" and runs[0].stats.lossless
+    assert ((runs[0].tokens >= 0) & (runs[0].tokens < bf16.model.vocab_size)).all()
+
+
+def test_a_lossless_method_draws_ars_tokens_under_greedy_sampling_in_bfloat16(bf16):
+    """top_k=1 leaves nothing to draw: every lossless method must then commit exactly ar's tokens."""
+    ar = bf16.generate("red heart", method="ar", top_k=1)[0].tokens
+    assert torch.equal(bf16.generate("red heart", method="scd-gs", window=16, top_k=1)[0].tokens, ar)
+
+
+def test_the_run_record_names_the_dtype(bf16):
+    assert environment(bf16.model, "random")["dtype"] == "bfloat16"
+
+
+@pytest.mark.parametrize(
+    ("dtype", "quantize", "says"),
+    [
+        ("float64", None, "dtype must be one of float32, bfloat16, float16"),
+        (torch.int8, None, "dtype must be one of"),
+        ("float32", "int4", "--quantize int4 runs in bfloat16"),
+    ],
+)
+def test_a_dtype_that_cannot_run_is_a_config_error(dtype, quantize, says):
+    with pytest.raises(ConfigError, match=says):
+        check_dtype(dtype, quantize)
+
+
+def test_the_defaults_family_checkpoints_as_released_the_embedded_models_as_measured():
+    assert default_dtype("lumina-mgpt:/x", "cpu") == torch.bfloat16 == default_dtype("janus:/x", "cuda")
+    for spec in ("default", "emoji:/x", "emoji-video", "random", "random-video"):
+        assert default_dtype(spec, "cpu") == getattr(torch, E.DTYPE)
+
+
+def test_a_step_table_records_the_dtype_it_was_measured_in(bf16, tmp_path):
+    from jacobigen.tools.steps import load_table, write_table
+
+    steps = {"ar@1": {"nfe": 273.0, "tokens_per_iteration": 1.0, "images": 1}}
+    write_table(tmp_path / "steps.json", bf16, steps, bf16.defaults, {"by": "a test"})
+    assert load_table(tmp_path / "steps.json")["entries"][0]["made"]["dtype"] == "bfloat16"
