@@ -266,6 +266,33 @@ def test_a_client_that_leaves_stops_its_decoding_and_counts_499(stream):
         assert sample(url, "jacobigen_model_calls_total") == calls  # nothing decodes any more
 
 
+def test_a_request_that_ends_before_the_batch_takes_it_does_not_wedge_the_server(monkeypatch):
+    """A client that hangs up at once (issue 61): its job ends after the decode thread counted it
+    waiting and before the batch admits it. The batch must not step empty rows forever: the decoder
+    goes idle, and the next request is served. The gap is widened on purpose: the batch's admission
+    waits until the server has counted the client gone."""
+    from jacobigen.decode.batching import Batch
+
+    gone, admit = threading.Event(), Batch.admit
+
+    def late_admit(self):
+        gone.wait(30)
+        admit(self)
+
+    monkeypatch.setattr(Batch, "admit", late_admit)
+    with serving(max_batch=1) as url:
+        body = json.dumps(AR).encode()
+        opened(url, post_head(body), body).close()
+        until(lambda: counted(url, 499) == 1, 30, "the client to count as gone")
+        gone.set()
+        until(lambda: health(url)["decoding"] is None, 30, "the decoder to go idle")
+        calls = sample(url, "jacobigen_model_calls_total")
+        time.sleep(0.3)
+        assert sample(url, "jacobigen_model_calls_total") == calls  # nothing steps
+        status, _, data = ask(url, "POST", GEN, AR)
+        assert status == 200 and [img["stats"]["forwards"] for img in json.loads(data)["data"]] == [TOKENS]
+
+
 # --- a real `jacobigen serve` process -------------------------------------------------------------
 
 COMMAND = "from jacobigen.serve.command import serve; serve()"

@@ -202,13 +202,15 @@ class Live(Sequences):
         self.layout = scheduler.bundle.layout
 
     def _joining(self) -> list[Job]:
-        """Waiting jobs that may join now, oldest first: up to the first that may not (FIFO)."""
+        """Waiting jobs that may join now, oldest first: up to the first that may not (FIFO). Jobs that
+        ended while waiting (the client left) leave the queue first, so none of them blocks it."""
         s, out = self.s, []
+        s._expire(time.monotonic())
         load = s.load()
         for job in s.waiting:
             if job.group is None and s.policy.fits(self.group, load, job.request.sampling):
                 job.group = self.group
-            if job.group != self.group or job.ended:
+            if job.group != self.group:
                 break
             out.append(job)
         return out
