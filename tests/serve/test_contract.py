@@ -115,6 +115,8 @@ def keyed():
         ("POST", GEN, {"prompt": "sun", "n": 0}, AUTH, 400, "n"),
         ("POST", GEN, {"prompt": "sun", "temperature": float("nan")}, AUTH, 400, "temperature"),
         ("POST", GEN, {"prompt": "sun", "seed": 10**40}, AUTH, 400, "seed"),
+        ("POST", GEN, b'{"prompt": "\\ud800"}', AUTH, 400, "prompt"),  # a lone surrogate
+        ("POST", GEN, b'{"prompt": "sun", "\\udfff": 1}', AUTH, 400, "body"),
         ("POST", GEN, AR, {}, 401, "authorization"),
         ("GET", "/metrics", None, {}, 401, "authorization"),
         ("GET", "/openapi.json", None, {"Authorization": "Bearer wrong"}, 401, "authorization"),
@@ -133,6 +135,8 @@ def keyed():
         "400-n",
         "400-nan",
         "400-seed",
+        "400-lone-surrogate",
+        "400-surrogate-name",
         "401-no-key",
         "401-metrics",
         "401-schema",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib
 import ipaddress
+import math
 import sys
 
 import click
@@ -22,6 +23,22 @@ def loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+def _finite(ctx, param, value: float) -> float:
+    """click's FloatRange lets nan (and inf) through: a deadline that never passes."""
+    if not math.isfinite(value):
+        raise click.BadParameter(f"{value} is not a finite number of seconds", ctx, param)
+    return value
+
+
+def _key(ctx, param, value: str | None) -> str | None:
+    """An API key a client can send: printable ASCII, no blank at its ends (HTTP strips them)."""
+    if value is not None and not (value and value.isascii() and value.isprintable() and value == value.strip()):
+        raise click.BadParameter(
+            "the key must be printable ASCII without blanks at its ends (an empty key lets no request in)", ctx, param
+        )
+    return value
 
 
 def _need(modules: list[str], install: str) -> None:
@@ -44,8 +61,17 @@ def _need(modules: list[str], install: str) -> None:
 @click.option(
     "--max-queue", default=64, show_default=True, type=click.IntRange(1), help="Images waiting; more get 429."
 )
-@click.option("--timeout", default=120.0, show_default=True, type=click.FloatRange(min=1), help="Seconds per request.")
-@click.option("--api-key", default=None, envvar="JACOBIGEN_API_KEY", help="Require 'Authorization: Bearer KEY'.")
+@click.option(
+    "--timeout",
+    default=120.0,
+    show_default=True,
+    type=click.FloatRange(min=1),
+    callback=_finite,
+    help="Seconds per request.",
+)
+@click.option(
+    "--api-key", default=None, envvar="JACOBIGEN_API_KEY", callback=_key, help="Require 'Authorization: Bearer KEY'."
+)
 @click.option(
     "--calibrate/--no-calibrate",
     default=True,
@@ -99,6 +125,10 @@ def serve(
     if replicas is not None and not use_ray:
         raise click.UsageError("--replicas needs --ray")
     _need(["fastapi", "uvicorn", "prometheus_client"], "'jacobigen[serve]'")
+    if calibrate:
+        from ..tools.calibration import cache_file, check_cache
+
+        check_cache(cache_file())  # a folder or a FIFO there: refused before the model loads, as generate does
     if quantize:
         from ..core.quantize import check_mode
         from ..models.load import resolve_device

@@ -64,9 +64,11 @@ def parse(body, defaults: dict, size: str, model_name: str, length: int) -> Imag
     ``length`` tokens; ``defaults``: the model's recommended sampling."""
     if not isinstance(body, dict):
         raise FieldError("body", "the body must be a JSON object")
+    _check_text(body)
     unknown = sorted(set(body) - set(FIELDS))
     if unknown:
         raise FieldError(unknown[0], f"unknown field {unknown[0]!r}; the fields are {', '.join(FIELDS)}")
+    body = {k: v for k, v in body.items() if v is not None}  # null: not set (OpenAI clients send it so)
     prompt = body.get("prompt")
     if not isinstance(prompt, str) or not prompt.strip():
         raise FieldError("prompt", "prompt must be a non-empty string")
@@ -102,6 +104,31 @@ def parse(body, defaults: dict, size: str, model_name: str, length: int) -> Imag
         if fixed is not None and window != fixed:
             raise FieldError("window", f"{method} always runs window {fixed}: window {window} would be ignored")
     return ImageRequest(prompt, seeds, config, None if method == AUTO else method, window, stream)
+
+
+def _check_text(body: dict) -> None:
+    """Refuse a string that is not Unicode text (a lone surrogate such as ``"\\ud800"``, which JSON can
+    spell but UTF-8 cannot): the tokenizer, the log and the error's own JSON could not carry it."""
+    for key, value in body.items():
+        if not _encodable(key):
+            raise FieldError("body", f"a field name {key!r} is not valid Unicode text (a lone surrogate)")
+        if not _encodable(value):
+            raise FieldError(key, f"{key} holds a string that is not valid Unicode text (a lone surrogate)")
+
+
+def _encodable(value) -> bool:
+    """Whether every string in ``value`` (parsed JSON) encodes as UTF-8."""
+    if isinstance(value, str):
+        try:
+            value.encode()
+        except UnicodeEncodeError:
+            return False
+        return True
+    if isinstance(value, dict):
+        return all(_encodable(k) and _encodable(v) for k, v in value.items())
+    if isinstance(value, list):
+        return all(_encodable(v) for v in value)
+    return True
 
 
 def pinned_group(req: ImageRequest, best: str) -> Group | None:
