@@ -19,7 +19,6 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from importlib import resources
 
-import torch
 from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -31,7 +30,7 @@ from ..core.errors import ConfigError
 from ..decode.methods import METHODS
 from .errors import LEFT, error_body
 from .fields import FieldError, parse
-from .images import pictures
+from .images import image_size
 from .metrics import Metrics
 from .policy import WindowPolicy, measured_seconds
 from .scheduler import Closed, QueueFull, Scheduler
@@ -71,8 +70,7 @@ def create_app(bundle, settings: Settings) -> FastAPI:
     metrics = Metrics(settings.max_batch)
     policy = window_policy(bundle, settings)
     scheduler = Scheduler(bundle, settings.max_queue, settings.timeout, metrics, policy, settings.deterministic)
-    width, height = pictures(bundle, torch.zeros(1, bundle.layout.length, dtype=torch.int64))[0].size
-    size = f"{width}x{height}"
+    size = image_size(bundle)
 
     @asynccontextmanager
     async def lifespan(app):
