@@ -53,6 +53,12 @@ def test_a_calibration_cache_that_is_no_file_is_refused_at_start(tmp_path, kind)
     assert len(done.stderr.strip().splitlines()) == 1
 
 
+def test_the_step_bound_defaults_to_the_policys():
+    from jacobigen.serve.policy import STEP_TOKENS
+
+    assert next(p.default for p in serve.params if p.name == "step_tokens") == STEP_TOKENS
+
+
 def test_replicas_need_ray():
     result = CliRunner().invoke(serve, ["--replicas", "2"])
     assert result.exit_code == 2 and "--replicas needs --ray" in result.output

@@ -116,6 +116,7 @@ def keyed():
         ("POST", GEN, {"prompt": "sun", "temperature": float("nan")}, AUTH, 400, "temperature"),
         ("POST", GEN, {"prompt": "sun", "seed": 10**40}, AUTH, 400, "seed"),
         ("POST", GEN, b'{"prompt": "\\ud800"}', AUTH, 400, "prompt"),  # a lone surrogate
+        ("POST", GEN, {"prompt": "sun", "window": 4000}, AUTH, 400, "window"),  # a step past --max-step-tokens
         ("POST", GEN, b'{"prompt": "sun", "\\udfff": 1}', AUTH, 400, "body"),
         ("POST", GEN, AR, {}, 401, "authorization"),
         ("GET", "/metrics", None, {}, 401, "authorization"),
@@ -137,6 +138,7 @@ def keyed():
         "400-seed",
         "400-lone-surrogate",
         "400-surrogate-name",
+        "400-step-too-wide",
         "401-no-key",
         "401-metrics",
         "401-schema",
@@ -246,6 +248,24 @@ def test_a_fault_in_a_route_answers_500_in_the_shape(monkeypatch):
         monkeypatch.setattr(app.state.scheduler, "queued", broken)
         status, headers, data = ask(url, "GET", "/health")
         assert status == 500 and "RuntimeError" in error_of(500, headers, data)["message"]
+
+
+def test_a_wide_block_decodes_fewer_images_at_a_time(monkeypatch):
+    """The batch holds no more images than keep one step within ``step_tokens``: scd-mc/32 guided is
+    64 tokens an image, so a bound of 128 lets 2 of --max-batch 4 decode together."""
+    from jacobigen.serve import scheduler
+
+    limits, run = [], scheduler.run
+
+    def recorded(engine, source, batch, *rest):
+        limits.append(batch)
+        run(engine, source, batch, *rest)
+
+    monkeypatch.setattr(scheduler, "run", recorded)
+    with serving(max_batch=4, step_tokens=128) as url:
+        assert ask(url, "POST", GEN, {"prompt": "sun", "method": "scd-mc", "window": 32})[0] == 200
+        assert ask(url, "POST", GEN, AR)[0] == 200
+    assert limits == [2, 4]  # ar: 2 tokens an image, the batch's own limit
 
 
 # --- a client that leaves cancels its request ---------------------------------------------------

@@ -32,7 +32,7 @@ from .errors import LEFT, error_body
 from .fields import FieldError, parse
 from .images import image_size
 from .metrics import Metrics
-from .policy import WindowPolicy, measured_seconds
+from .policy import STEP_TOKENS, WindowPolicy, measured_seconds
 from .scheduler import Closed, QueueFull, Scheduler
 
 log = logging.getLogger("uvicorn.error")  # shown with uvicorn's own startup lines
@@ -53,6 +53,7 @@ class Settings:
     device: str | None = None  # where the model loads (None: CUDA when available)
     threads: int | None = None  # torch threads (None: as `jacobigen generate` chooses them)
     quantize: str | None = None  # int8 / int4 linear weights (torchao), None: the model's dtype
+    step_tokens: int = STEP_TOKENS  # model-row tokens one step may evaluate (policy.py): bounds a step's time
 
 
 def error(status: int, message: str, param: str | None = None, headers: dict | None = None) -> JSONResponse:
@@ -214,7 +215,7 @@ def create_app(bundle, settings: Settings) -> FastAPI:
 
 def window_policy(bundle, settings: Settings) -> WindowPolicy:
     """The ladder of (method, window) by load, calibrated on this machine when asked; said in the log."""
-    policy = WindowPolicy(settings.max_batch)
+    policy = WindowPolicy(settings.max_batch, step_tokens=settings.step_tokens)
     if not settings.calibrate:
         log.info("window policy (not calibrated, --no-calibrate): %s", policy.describe())
         return policy

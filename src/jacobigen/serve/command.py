@@ -62,6 +62,15 @@ def _need(modules: list[str], install: str) -> None:
     "--max-queue", default=64, show_default=True, type=click.IntRange(1), help="Images waiting; more get 429."
 )
 @click.option(
+    "--max-step-tokens",
+    "step_tokens",
+    default=1024,
+    show_default=True,
+    type=click.IntRange(64),
+    help="Model-row tokens one step may evaluate (rows x block): a wider window is refused, a wide batch "
+    "holds fewer images, so that a step, which a cancelled request waits out, stays short.",
+)
+@click.option(
     "--timeout",
     default=120.0,
     show_default=True,
@@ -108,6 +117,7 @@ def serve(
     port,
     max_batch,
     max_queue,
+    step_tokens,
     timeout,
     api_key,
     calibrate,
@@ -139,6 +149,7 @@ def serve(
     settings = Settings(
         max_batch=max_batch,
         max_queue=max_queue,
+        step_tokens=step_tokens,
         timeout=timeout,
         api_key=api_key,
         calibrate=calibrate,
