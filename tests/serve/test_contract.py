@@ -176,7 +176,9 @@ def test_the_api_key_covers_the_schema_and_401s_are_counted(keyed):
     assert ask(keyed, "GET", "/v1/models", headers={"Authorization": "Bearer s3cre"})[0] == 401
     assert counted(keyed, 401) == before + 2
     status, _, schema = ask(keyed, "GET", "/openapi.json", headers=AUTH)
-    assert status == 200 and GEN in json.loads(schema)["paths"]
+    body = json.loads(schema)["paths"][GEN]["post"]["requestBody"]["content"]["application/json"]["schema"]
+    assert status == 200 and {"prompt", "n", "seed", "method", "window", "cfg"} <= set(body["properties"])
+    assert body["required"] == ["prompt"] and body["additionalProperties"] is False
 
 
 def test_without_a_key_the_schema_is_open_and_docs_stay_off():

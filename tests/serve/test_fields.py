@@ -15,7 +15,7 @@ def parsed(**body):
 @pytest.mark.parametrize(
     "body, field, words",
     [
-        ({"n": 0}, "n", "[1, 8]"),
+        ({"n": 0}, "n", "greater than or equal to 1"),
         ({"n": "2"}, "n", "integer"),
         ({"method": "nope"}, "method", "presets: ar"),
         ({"method": 3}, "method", "'auto' or one of ar"),
@@ -29,7 +29,7 @@ def parsed(**body):
         ({"seed": 2**32 - 1, "n": 2}, "seed", "largest seed"),
         ({"size": "1024x1024"}, "size", "64x64"),
         ({"response_format": "url"}, "response_format", "b64_json"),
-        ({"stream": "yes"}, "stream", "true or false"),
+        ({"stream": "yes"}, "stream", "valid boolean"),
         ({"model": "dall-e-3"}, "model", "'emoji'"),
         ({"colour": "red"}, "colour", "the fields are"),
         ({"prompt": ""}, "prompt", "non-empty"),
@@ -37,7 +37,7 @@ def parsed(**body):
         ({"prompt": "\ud800"}, "prompt", "not valid Unicode"),  # a lone surrogate: JSON spells it, UTF-8 cannot
         ({"user": ["ok", {"k": "a\udfff"}]}, "user", "not valid Unicode"),
         ({"\ud800": 1}, "body", "not valid Unicode"),
-        ({"prompt": None}, "prompt", "non-empty"),
+        ({"prompt": None}, "prompt", "required"),
         ({"colour": None}, "colour", "the fields are"),
     ],
 )

@@ -14,7 +14,7 @@ from fastapi.sse import format_sse_event
 from starlette.requests import ClientDisconnect
 
 from .errors import LEFT, error
-from .fields import FieldError, parse
+from .fields import Body, FieldError, parse
 from .scheduler import Closed, QueueFull
 
 log = logging.getLogger("uvicorn.error")
@@ -23,7 +23,12 @@ MAX_BODY = 16 * 1024  # bytes of a request body
 router = APIRouter()
 
 
-@router.post("/v1/images/generations")
+# the body is read by hand (a 413 before it is all read, a 400 for JSON that does not parse), then
+# validated as fields.Body: the schema says so
+BODY = {"requestBody": {"required": True, "content": {"application/json": {"schema": Body.model_json_schema()}}}}
+
+
+@router.post("/v1/images/generations", openapi_extra=BODY)
 async def generations(request: Request) -> Response:
     state = request.app.state
     try:
