@@ -8,6 +8,7 @@ import sys
 import threading
 import time
 
+import pytest
 from click.testing import CliRunner
 
 from jacobigen.serve.command import serve
@@ -15,11 +16,47 @@ from jacobigen.serve.command import serve
 from .live import call, free_port
 
 COMMAND = "from jacobigen.serve.command import serve; serve()"
+NO_START = ["--replicas", "2"]  # refused after every option is read: a value let through never starts a server
 
 
 def test_a_public_bind_needs_an_api_key():
     result = CliRunner().invoke(serve, ["--host", "0.0.0.0"])
     assert result.exit_code == 2 and "--api-key" in result.output
+
+
+@pytest.mark.parametrize("key", ["", " ", "s3cret ", "clé"])
+def test_a_key_no_client_can_send_is_refused(key):
+    result = CliRunner().invoke(serve, ["--api-key", key, *NO_START])
+    assert result.exit_code == 2 and "--api-key" in result.output and "printable ASCII" in result.output
+
+
+@pytest.mark.parametrize("seconds", ["nan", "inf", "0", "-1"])
+def test_a_timeout_must_be_finite_and_positive(seconds):
+    result = CliRunner().invoke(serve, ["--timeout", seconds, *NO_START])
+    assert result.exit_code == 2 and "--timeout" in result.output
+
+
+@pytest.mark.parametrize("kind", ["folder", "fifo"])
+def test_a_calibration_cache_that_is_no_file_is_refused_at_start(tmp_path, kind):
+    """As `generate` refuses it: one line, exit 2, before the model loads (issue 61)."""
+    path = tmp_path / "calibration.json"
+    path.mkdir() if kind == "folder" else os.mkfifo(path)
+    env = {**os.environ, "JACOBIGEN_CACHE": str(tmp_path)}
+    done = subprocess.run(
+        [sys.executable, "-m", "jacobigen.cli", "serve", "--port", str(free_port())],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+    assert done.returncode == 2 and "not a regular file" in done.stderr and "Traceback" not in done.stderr, done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+
+
+def test_the_step_bound_defaults_to_the_policys():
+    from jacobigen.serve.policy import STEP_TOKENS
+
+    assert next(p.default for p in serve.params if p.name == "step_tokens") == STEP_TOKENS
 
 
 def test_replicas_need_ray():

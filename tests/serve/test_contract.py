@@ -115,6 +115,9 @@ def keyed():
         ("POST", GEN, {"prompt": "sun", "n": 0}, AUTH, 400, "n"),
         ("POST", GEN, {"prompt": "sun", "temperature": float("nan")}, AUTH, 400, "temperature"),
         ("POST", GEN, {"prompt": "sun", "seed": 10**40}, AUTH, 400, "seed"),
+        ("POST", GEN, b'{"prompt": "\\ud800"}', AUTH, 400, "prompt"),  # a lone surrogate
+        ("POST", GEN, {"prompt": "sun", "window": 4000}, AUTH, 400, "window"),  # a step past --max-step-tokens
+        ("POST", GEN, b'{"prompt": "sun", "\\udfff": 1}', AUTH, 400, "body"),
         ("POST", GEN, AR, {}, 401, "authorization"),
         ("GET", "/metrics", None, {}, 401, "authorization"),
         ("GET", "/openapi.json", None, {"Authorization": "Bearer wrong"}, 401, "authorization"),
@@ -133,6 +136,9 @@ def keyed():
         "400-n",
         "400-nan",
         "400-seed",
+        "400-lone-surrogate",
+        "400-surrogate-name",
+        "400-step-too-wide",
         "401-no-key",
         "401-metrics",
         "401-schema",
@@ -170,7 +176,9 @@ def test_the_api_key_covers_the_schema_and_401s_are_counted(keyed):
     assert ask(keyed, "GET", "/v1/models", headers={"Authorization": "Bearer s3cre"})[0] == 401
     assert counted(keyed, 401) == before + 2
     status, _, schema = ask(keyed, "GET", "/openapi.json", headers=AUTH)
-    assert status == 200 and GEN in json.loads(schema)["paths"]
+    body = json.loads(schema)["paths"][GEN]["post"]["requestBody"]["content"]["application/json"]["schema"]
+    assert status == 200 and {"prompt", "n", "seed", "method", "window", "cfg"} <= set(body["properties"])
+    assert body["required"] == ["prompt"] and body["additionalProperties"] is False
 
 
 def test_without_a_key_the_schema_is_open_and_docs_stay_off():
@@ -244,6 +252,24 @@ def test_a_fault_in_a_route_answers_500_in_the_shape(monkeypatch):
         assert status == 500 and "RuntimeError" in error_of(500, headers, data)["message"]
 
 
+def test_a_wide_block_decodes_fewer_images_at_a_time(monkeypatch):
+    """The batch holds no more images than keep one step within ``step_tokens``: scd-mc/32 guided is
+    64 tokens an image, so a bound of 128 lets 2 of --max-batch 4 decode together."""
+    from jacobigen.serve import scheduler
+
+    limits, run = [], scheduler.run
+
+    def recorded(engine, source, batch, *rest):
+        limits.append(batch)
+        run(engine, source, batch, *rest)
+
+    monkeypatch.setattr(scheduler, "run", recorded)
+    with serving(max_batch=4, step_tokens=128) as url:
+        assert ask(url, "POST", GEN, {"prompt": "sun", "method": "scd-mc", "window": 32})[0] == 200
+        assert ask(url, "POST", GEN, AR)[0] == 200
+    assert limits == [2, 4]  # ar: 2 tokens an image, the batch's own limit
+
+
 # --- a client that leaves cancels its request ---------------------------------------------------
 
 
@@ -264,6 +290,33 @@ def test_a_client_that_leaves_stops_its_decoding_and_counts_499(stream):
         assert sample(url, "jacobigen_step_compression_count") == 0  # no image finished
         time.sleep(0.3)
         assert sample(url, "jacobigen_model_calls_total") == calls  # nothing decodes any more
+
+
+def test_a_request_that_ends_before_the_batch_takes_it_does_not_wedge_the_server(monkeypatch):
+    """A client that hangs up at once (issue 61): its job ends after the decode thread counted it
+    waiting and before the batch admits it. The batch must not step empty rows forever: the decoder
+    goes idle, and the next request is served. The gap is widened on purpose: the batch's admission
+    waits until the server has counted the client gone."""
+    from jacobigen.decode.batching import Batch
+
+    gone, admit = threading.Event(), Batch.admit
+
+    def late_admit(self):
+        gone.wait(30)
+        admit(self)
+
+    monkeypatch.setattr(Batch, "admit", late_admit)
+    with serving(max_batch=1) as url:
+        body = json.dumps(AR).encode()
+        opened(url, post_head(body), body).close()
+        until(lambda: counted(url, 499) == 1, 30, "the client to count as gone")
+        gone.set()
+        until(lambda: health(url)["decoding"] is None, 30, "the decoder to go idle")
+        calls = sample(url, "jacobigen_model_calls_total")
+        time.sleep(0.3)
+        assert sample(url, "jacobigen_model_calls_total") == calls  # nothing steps
+        status, _, data = ask(url, "POST", GEN, AR)
+        assert status == 200 and [img["stats"]["forwards"] for img in json.loads(data)["data"]] == [TOKENS]
 
 
 # --- a real `jacobigen serve` process -------------------------------------------------------------

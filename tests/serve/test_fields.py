@@ -15,7 +15,7 @@ def parsed(**body):
 @pytest.mark.parametrize(
     "body, field, words",
     [
-        ({"n": 0}, "n", "[1, 8]"),
+        ({"n": 0}, "n", "greater than or equal to 1"),
         ({"n": "2"}, "n", "integer"),
         ({"method": "nope"}, "method", "presets: ar"),
         ({"method": 3}, "method", "'auto' or one of ar"),
@@ -29,11 +29,16 @@ def parsed(**body):
         ({"seed": 2**32 - 1, "n": 2}, "seed", "largest seed"),
         ({"size": "1024x1024"}, "size", "64x64"),
         ({"response_format": "url"}, "response_format", "b64_json"),
-        ({"stream": "yes"}, "stream", "true or false"),
+        ({"stream": "yes"}, "stream", "valid boolean"),
         ({"model": "dall-e-3"}, "model", "'emoji'"),
         ({"colour": "red"}, "colour", "the fields are"),
         ({"prompt": ""}, "prompt", "non-empty"),
         ({"prompt": "x" * (MAX_PROMPT_CHARS + 1)}, "prompt", f"at most {MAX_PROMPT_CHARS}"),
+        ({"prompt": "\ud800"}, "prompt", "not valid Unicode"),  # a lone surrogate: JSON spells it, UTF-8 cannot
+        ({"user": ["ok", {"k": "a\udfff"}]}, "user", "not valid Unicode"),
+        ({"\ud800": 1}, "body", "not valid Unicode"),
+        ({"prompt": None}, "prompt", "required"),
+        ({"colour": None}, "colour", "the fields are"),
     ],
 )
 def test_bad_field_is_named(body, field, words):
@@ -53,3 +58,12 @@ def test_pinned_groups():
     assert pinned_group(parsed(method="sjd"), BEST).window == 32  # generate's default window
     assert pinned_group(parsed(window=8, seed=5, n=3), BEST) == Group(BEST, 8, parsed().sampling)
     assert parsed(seed=5, n=3).seeds == [5, 6, 7]
+
+
+def test_null_means_not_set():
+    """OpenAI clients send null for the fields they leave out: each gets its default, the model's
+    recommended guidance and top-k included (issue 61)."""
+    unset = {k: None for k in ("n", "size", "response_format", "method", "window", "seed", "stream", "model", "user")}
+    sampling = {k: None for k in ("cfg", "temperature", "top_k", "top_p")}
+    assert parsed(**unset, **sampling) == parsed()
+    assert (parsed(cfg=None).sampling.cfg, parsed(top_k=None).sampling.top_k) == (3.0, 200)

@@ -35,3 +35,13 @@ def test_calibration_keeps_the_rungs_that_pay():
     assert only_ar.rungs == (("ar", 1),) and only_ar.group(1, SAMPLING) == Group("ar", 1, SAMPLING)
     middle = {(BEST, 32): 2.5, (BEST, 16): 2.0, ("ar", 1): 3.0}
     assert policy.calibrated(lambda m, w: middle[m, w]).rungs == ((BEST, 16), ("ar", 1))
+
+
+def test_a_step_stays_within_its_token_bound():
+    """rows x block tokens per step at most ``step_tokens``: a wide block holds fewer images, one wider
+    than the bound holds none (the server refuses it)."""
+    policy = WindowPolicy(max_batch=8, step_tokens=1024)
+    assert policy.batch_for(2) == 8  # ar, guided: the batch's own limit
+    assert policy.batch_for(2 * 256) == 2 and policy.batch_for(1024) == 1 and policy.batch_for(2 * 4368) == 0
+    cut = WindowPolicy(8, step_tokens=512).calibrated(lambda m, w: {BEST: 3.0, "ar": 2.0}[m])
+    assert cut.step_tokens == 512 and cut.rungs == (("ar", 1),)  # calibration keeps the bound

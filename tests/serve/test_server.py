@@ -98,15 +98,16 @@ def test_models_health_and_metrics(url):
     status, models, _ = call(f"{url}/v1/models")
     assert status == 200 and models["data"][0]["id"] == "emoji" and "scd-mc" in models["data"][0]["methods"]
     assert call(f"{url}/health")[1]["status"] == "ok"
-    for name in (
-        "jacobigen_queue_depth",
-        "jacobigen_batch_occupancy",
-        "jacobigen_tokens_per_second",
-        "jacobigen_forwards_per_second",
-        "jacobigen_step_compression_bucket",
-        "jacobigen_request_seconds_bucket",
-    ):
-        assert metric(url, name) >= 0
+    counters = ("tokens_total", "forwards_total", "step_compression_count", "request_seconds_count")
+    before = {name: metric(url, f"jacobigen_{name}") for name in counters}
+    assert call(f"{url}/v1/images/generations", {"prompt": "sun", "method": "ar"})[0] == 200
+    grew = {name: metric(url, f"jacobigen_{name}") - before[name] for name in counters}
+    # ar: the prefill commits the first token, then one token per forward; one image, one request
+    assert grew == {"tokens_total": 272, "forwards_total": 272, "step_compression_count": 1, "request_seconds_count": 1}
+    assert metric(url, 'jacobigen_step_compression_bucket{le="1.0"}') >= 1  # ar's image: compression 1
+    assert metric(url, "jacobigen_tokens_per_second") > 0 and metric(url, "jacobigen_forwards_per_second") > 0
+    idle = ("jacobigen_queue_depth", "jacobigen_batch_rows", "jacobigen_batch_occupancy")
+    assert [metric(url, name) for name in idle] == [0, 0, 0]
 
 
 def test_a_full_queue_answers_429_with_retry_after():

@@ -188,6 +188,8 @@ class Batch:
     def run(self) -> None:
         self.admit()
         running = self.flight.committed < self.length
+        if not bool(running.any()):  # what waited was cancelled before it joined: never step empty rows
+            return
         while True:
             running, finished = self.step(running)
             freed = self.cancel()

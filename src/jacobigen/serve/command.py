@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib
 import ipaddress
+import math
 import sys
 
 import click
@@ -23,6 +24,22 @@ def loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+def _finite(ctx, param, value: float) -> float:
+    """click's FloatRange lets nan (and inf) through: a deadline that never passes."""
+    if not math.isfinite(value):
+        raise click.BadParameter(f"{value} is not a finite number of seconds", ctx, param)
+    return value
+
+
+def _key(ctx, param, value: str | None) -> str | None:
+    """An API key a client can send: printable ASCII, no blank at its ends (HTTP strips them)."""
+    if value is not None and not (value and value.isascii() and value.isprintable() and value == value.strip()):
+        raise click.BadParameter(
+            "the key must be printable ASCII without blanks at its ends (an empty key lets no request in)", ctx, param
+        )
+    return value
 
 
 def _need(modules: list[str], install: str) -> None:
@@ -45,8 +62,26 @@ def _need(modules: list[str], install: str) -> None:
 @click.option(
     "--max-queue", default=64, show_default=True, type=click.IntRange(1), help="Images waiting; more get 429."
 )
-@click.option("--timeout", default=120.0, show_default=True, type=click.FloatRange(min=1), help="Seconds per request.")
-@click.option("--api-key", default=None, envvar="JACOBIGEN_API_KEY", help="Require 'Authorization: Bearer KEY'.")
+@click.option(
+    "--max-step-tokens",
+    "step_tokens",
+    default=1024,
+    show_default=True,
+    type=click.IntRange(64),
+    help="Model-row tokens one step may evaluate (rows x block): a wider window is refused, a wide batch "
+    "holds fewer images, so that a step, which a cancelled request waits out, stays short.",
+)
+@click.option(
+    "--timeout",
+    default=120.0,
+    show_default=True,
+    type=click.FloatRange(min=1),
+    callback=_finite,
+    help="Seconds per request.",
+)
+@click.option(
+    "--api-key", default=None, envvar="JACOBIGEN_API_KEY", callback=_key, help="Require 'Authorization: Bearer KEY'."
+)
 @click.option(
     "--calibrate/--no-calibrate",
     default=True,
@@ -84,6 +119,7 @@ def serve(
     port,
     max_batch,
     max_queue,
+    step_tokens,
     timeout,
     api_key,
     calibrate,
@@ -102,6 +138,10 @@ def serve(
     if replicas is not None and not use_ray:
         raise click.UsageError("--replicas needs --ray")
     _need(["fastapi", "uvicorn", "prometheus_client"], "'jacobigen[serve]'")
+    if calibrate:
+        from ..tools.calibration import cache_file, check_cache
+
+        check_cache(cache_file())  # a folder or a FIFO there: refused before the model loads, as generate does
     if quantize:
         from ..core.quantize import check_mode
         from ..models.load import resolve_device
@@ -112,6 +152,7 @@ def serve(
     settings = Settings(
         max_batch=max_batch,
         max_queue=max_queue,
+        step_tokens=step_tokens,
         timeout=timeout,
         api_key=api_key,
         calibrate=calibrate,

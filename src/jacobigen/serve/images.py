@@ -21,6 +21,14 @@ def pictures(bundle, tokens: torch.Tensor) -> list[Image.Image]:
     return bundle.decode(bundle.layout.grid(tokens), None)
 
 
+def image_size(bundle) -> str:
+    """The model's image size, "WxH", from one grid of its first image id decoded: a grid of zeros
+    is no image for a model whose codes start past 0 (Lumina-mGPT 2.0's MoVQGAN at 155000)."""
+    layout = bundle.layout
+    width, height = pictures(bundle, torch.full((1, layout.length), layout.image_ids[0]))[0].size
+    return f"{width}x{height}"
+
+
 def preview(bundle, tokens: torch.Tensor, when: torch.Tensor) -> Image.Image:
     """An image in progress: committed tokens drawn (``when >= 0``), the rest grey. The VQ decoder
     needs an id everywhere, so uncommitted cells hold the first image id before it runs."""

@@ -27,6 +27,7 @@ from ..decode.api import prompt_rows
 from ..decode.batching import Admission, Sequences, capacity, model_prefixes, run
 from ..decode.jacobi import JacobiDecoder
 from ..decode.methods import get_method
+from ..tools.costs import block_size
 from .fields import FieldError, Group, ImageRequest, pinned_group
 from .images import pictures, png_b64, preview
 from .jobs import Image, Job
@@ -80,7 +81,10 @@ class Scheduler:
                 f"{req.method} lays out its block by the batch's rows, so its images depend on the batch: this "
                 "server promises batch-independent images (--deterministic); use a chain method",
             )
-        job = Job(req, [], post, time.monotonic() + self.timeout, pinned_group(req, BEST))
+        group = pinned_group(req, BEST)
+        if group is not None:
+            self._check_step(group)
+        job = Job(req, [], post, time.monotonic() + self.timeout, group)
         job.images = [Image(job, i, s, r) for i, (s, r) in enumerate(zip(req.seeds, rows, strict=True))]
         with self.cond:
             if self.closing:
@@ -92,6 +96,22 @@ class Scheduler:
             self.metrics.batch(queued + len(job.images), len(self.running))
             self.cond.notify()
         return job
+
+    def _step_tokens(self, group: Group, parts) -> int:
+        """Model-row tokens one image of ``group`` adds to a step: its rows (two when guided) times its
+        block."""
+        return (2 if group.sampling.guided else 1) * block_size(parts, self.bundle.layout)
+
+    def _check_step(self, group: Group) -> None:
+        """Refuse a window whose step, for one image alone, passes the policy's bound: a cancelled
+        request waits for the step in flight before its rows are freed."""
+        tokens = self._step_tokens(group, get_method(group.method).build(group.window))
+        if self.policy.batch_for(tokens) < 1:
+            raise FieldError(
+                "window",
+                f"window {group.window} makes steps of {tokens} tokens per image, over this server's bound of "
+                f"{self.policy.step_tokens} (--max-step-tokens): pick a narrower window",
+            )
 
     def _rows(self, req: ImageRequest) -> list[list[list[int]]]:
         """Each image's model rows, as ``generate`` makes them."""
@@ -176,8 +196,9 @@ class Scheduler:
         )
         engine = decoder.engine
         longest = self.bundle.model.max_seq_len - self.bundle.layout.length  # any prompt the model takes
+        batch = max(1, self.policy.batch_for(self._step_tokens(group, parts)))  # steps within the policy's bound
         with torch.inference_mode():
-            run(engine, Live(self, group), self.max_batch, capacity(engine, longest))
+            run(engine, Live(self, group), batch, capacity(engine, longest))
 
     def _expire(self, now: float) -> None:
         """Fail waiting requests past their deadline (under the lock)."""
@@ -202,13 +223,15 @@ class Live(Sequences):
         self.layout = scheduler.bundle.layout
 
     def _joining(self) -> list[Job]:
-        """Waiting jobs that may join now, oldest first: up to the first that may not (FIFO)."""
+        """Waiting jobs that may join now, oldest first: up to the first that may not (FIFO). Jobs that
+        ended while waiting (the client left) leave the queue first, so none of them blocks it."""
         s, out = self.s, []
+        s._expire(time.monotonic())
         load = s.load()
         for job in s.waiting:
             if job.group is None and s.policy.fits(self.group, load, job.request.sampling):
                 job.group = self.group
-            if job.group != self.group or job.ended:
+            if job.group != self.group:
                 break
             out.append(job)
         return out
