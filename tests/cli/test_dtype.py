@@ -11,6 +11,7 @@ from click.testing import CliRunner
 
 from jacobigen.cli import main
 from jacobigen.models import embedded as E
+from tests.helpers.need import need
 
 
 def run(*args):
@@ -62,7 +63,7 @@ def test_int4_with_another_dtype_is_refused_before_loading(monkeypatch):
 
 
 def test_serve_loads_the_model_in_its_dtype():
-    pytest.importorskip("fastapi")  # the serve extra
+    need("fastapi")  # the serve extra
     from jacobigen.serve.app import Settings
     from jacobigen.serve.server import load
 

@@ -10,6 +10,7 @@ from jacobigen.core.contract import check_model, conformance
 from jacobigen.models import random_bundle
 from jacobigen.models.bundle import encode_one
 from tests.helpers.models import LAYOUT, PROMPT, random_model
+from tests.helpers.need import need
 
 
 def embedded():
@@ -19,7 +20,7 @@ def embedded():
 
 
 def family(name):
-    pytest.importorskip("transformers")
+    need("transformers")
     from tests.models.test_families import BUILD
 
     return BUILD[name]()[1]

@@ -24,6 +24,7 @@ from jacobigen.models.families.cosmos import (
     to_checkpoint,
 )
 from jacobigen.models.families.cosmos_tokenizer import LEVELS, fsq_codes, pixel_frames
+from tests.helpers.need import need
 
 LOSSLESS = [name for name, m in METHODS.items() if m.lossless and name != "ar"]
 
@@ -196,7 +197,7 @@ class TinyDecoder(torch.nn.Module):
 def test_checkpoint_roundtrip_decodes_the_clip_with_its_condition_frames(tmp_path):
     """model.pt as Cosmos stores it (``model.`` prefix, TransformerEngine extra state), cosmos.json for
     the latent shape, decoder.jit beside it: the clip is condition + sampled frames at 16x pixels."""
-    pytest.importorskip("transformers")  # load_family's import check
+    need("transformers")  # load_family's import check
     model = random_cosmos(2)
     state = {f"model.{k}": v for k, v in to_checkpoint(model).items()}
     state["model.layers.0.attention._extra_state"] = torch.zeros(1)
@@ -238,7 +239,7 @@ def test_video2world_checkpoints_are_refused():
 
 
 def test_cli_generate_video_on_cosmos(tmp_path):
-    pytest.importorskip("transformers")
+    need("transformers")
     from jacobigen.cli import main
 
     model = random_cosmos(3)
@@ -268,7 +269,7 @@ def test_cli_generate_video_on_cosmos(tmp_path):
 
 def test_bench_runs_on_cosmos_with_a_condition_prompt(tmp_path):
     """Cosmos has no example prompts: bench takes --prompt (and says so without one)."""
-    pytest.importorskip("transformers")
+    need("transformers")
     import json
 
     from jacobigen.cli import main

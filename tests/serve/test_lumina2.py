@@ -2,15 +2,14 @@
 it starts (its MoVQGAN codes start at id 155000, so the server cannot learn the image size from a
 grid of zeros: issue 61) and serves an image of the size it announces."""
 
-import pytest
-
 from jacobigen.serve.app import Settings, create_app
 from jacobigen.serve.server import load
 from tests.helpers import lumina2_models as lm
+from tests.helpers.need import need
 
 from .live import call, pixels, running
 
-pytest.importorskip("transformers")
+need("transformers")
 
 
 def test_a_lumina2_checkpoint_is_served(tmp_path):

@@ -9,6 +9,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from tests.helpers.need import need
+
 from .live import serving
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -20,7 +22,7 @@ pytestmark = pytest.mark.skipif(not (CHROMIUM and DRIVER), reason=MISSING)
 
 
 def test_the_page_draws_an_image():
-    webdriver = pytest.importorskip("selenium.webdriver")
+    webdriver = need("selenium.webdriver")
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import Select, WebDriverWait
 

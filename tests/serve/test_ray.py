@@ -5,14 +5,16 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from tests.helpers.need import need
+
 from .live import call, check_offline, free_port
 
 pytestmark = pytest.mark.slow
 
 
 def test_two_replicas_serve_the_same_images():
-    ray = pytest.importorskip("ray")
-    serve = pytest.importorskip("ray.serve")
+    ray = need("ray")
+    serve = need("ray.serve")
     from jacobigen.serve.app import Settings
     from jacobigen.serve.replicas import application
 

@@ -8,6 +8,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from tests.helpers.need import need
+
 from .live import call, check_offline, metric, running, serving
 
 REQUESTS = [  # one group (method, window, sampling): they share a batch
@@ -122,7 +124,7 @@ def test_a_full_queue_answers_429_with_retry_after():
 
 
 def test_quantized_weights_are_served():
-    pytest.importorskip("torchao")
+    need("torchao")
     from jacobigen.core.quantize import quantized_as
     from jacobigen.serve.app import Settings, create_app
     from jacobigen.serve.server import load

@@ -19,6 +19,7 @@ from jacobigen.core.errors import ConfigError
 from jacobigen.models import random_bundle
 from jacobigen.tools.files import read_prompts
 from jacobigen.tools.jobs import Outputs, check_folder, plan, run_local, started_with
+from tests.helpers.need import need
 
 OPTIONS = dict(method="sjd", window=8)
 SRC = Path(__file__).parents[2] / "src"
@@ -130,7 +131,7 @@ def test_a_record_auto_could_have_made_is_resumed(tmp_path, method, window, auto
 
 
 def test_a_rerun_for_another_target_redoes_the_images_both_ways(tmp_path):
-    pytest.importorskip("torchao")
+    need("torchao")
     f = tmp_path / "p.txt"
     f.write_text("red heart\n")
     args = ["generate", "--model", "random", "--prompts", str(f), "--out-dir", str(tmp_path / "out"), "--no-progress"]
@@ -175,7 +176,7 @@ def test_cli_prompts_file(tmp_path):
 
 @pytest.mark.slow
 def test_ray_survives_a_killed_worker(tmp_path):
-    pytest.importorskip("ray")
+    need("ray")
     from jacobigen.tools.distributed import run_ray
 
     jobs, out = plan([f"prompt {i}" for i in range(6)]), Outputs(tmp_path)

@@ -2,9 +2,9 @@
 
 import warnings
 
-import pytest
+from tests.helpers.need import need
 
-pytest.importorskip("matplotlib")
+need("matplotlib")
 
 from jacobigen.tools import plots  # noqa: E402
 
