@@ -220,7 +220,10 @@ def test_a_ratio_is_called_measured_only_when_ar_was_measured_too(favoured, tmp_
 
 
 def test_a_run_of_ar_is_never_set_against_ar(home, tmp_path):
-    """No table: auto runs ar, and is not told it ran at about 0.5x ar (a predicted ar, itself)."""
+    """No table, and a block too dear to explore: auto runs ar, and is not told it ran at about 0.5x ar
+    (a predicted ar, itself)."""
+    curve = {n: 0.010 + 0.001 * n for n in (1, 8, 16, 32, 64)}  # a window of 8: 1.58x ar at worst
+    seed_record(home, random_bundle(), curve, {auto.label(m, w): 0.001 for m, w in auto.candidates()})
     res = cli(PROMPT, "--out", str(tmp_path / "a.png"))
     assert res.exit_code == 0 and "auto: ar at window 1" in res.output, res.output
     assert "speed against ar" not in res.output
@@ -344,7 +347,7 @@ def test_a_bad_cache_is_ignored_with_one_warning_and_rewritten(text, home):
         choice = choose(random_bundle(), cache=home)
     said = [str(w.message) for w in caught if "calibration cache" in str(w.message)]
     assert len(said) == 1 and "ignored and rewritten" in said[0], said
-    assert (choice.method, choice.window) == ("ar", 1)
+    assert choice.calibrated  # nothing of the file was used: this machine's costs were measured again
     data = json.loads(home.read_text())
     assert data["format"] == calibration.FORMAT and data["version"] == calibration.VERSION
     assert calibration.load(home) == (data["records"], False)  # the rewritten file reads back clean
@@ -443,7 +446,7 @@ def test_a_folder_named_like_a_table_is_skipped_with_a_warning(home, tmp_path):
     with pytest.warns(UserWarning, match=r"x.json is a folder, not a regular file"):
         assert steps.find_steps(random_bundle().model, 272, {}) is None
     res = cli(PROMPT, "--out", str(tmp_path / "a.png"))
-    assert res.exit_code == 0 and "auto: ar at window 1" in res.output, res.output
+    assert res.exit_code == 0 and "auto: " in res.output and "wrote" in res.output, res.output
 
 
 def test_a_symlinked_table_is_followed_and_a_loop_is_named(home, tmp_path):

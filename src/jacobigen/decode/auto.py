@@ -9,8 +9,9 @@ single-token forward, so long windows win; on two CPU cores a 32-token block cos
 choice splits what depends on the model from what depends on the machine:
 
 - **forward passes per image** (NFE) of each (method, window) depend on the model and the
-  sampling only: they come from a step table measured on real images and shipped beside the
-  weights (:mod:`.steps`; ``jacobigen bench --steps`` writes one for any checkpoint);
+  sampling only: they come from this model's own decodes here (:mod:`.learned`), else a step table
+  measured on real images and shipped beside the weights (:mod:`.steps`; ``jacobigen bench
+  --steps`` writes one for any checkpoint), else a prior (:mod:`.prior`);
 - **what a forward costs here** is measured in a few forwards: one forward per candidate block
   size with the sampling's rows (2 for a guided sequence) after the image's real context (the
   prompt plus half the image, rounded up to 64 tokens) in a cache of the slots the decode will
@@ -22,8 +23,9 @@ The predicted seconds per image of a candidate are ``NFE x (cost(block) + bookke
 runs unless a candidate is predicted at least ``MARGIN`` (1.1) times as fast: a smaller gain is
 within what the measurement's noise can make up. A measurement beats a prediction: after a run
 the measured seconds per image are kept (:func:`remember`), used instead of the prediction next
-time, and a candidate measured slower than ``ar`` is dropped. A model (or sampling) without a step
-table runs ``ar`` (a named method: its smallest window) and decodes nothing to find out more.
+time, and a candidate measured slower than ``ar`` is dropped. A candidate known only by its prior
+never displaces ``ar`` by the margin: ``auto`` explores it when :mod:`.prior` says its worst case is
+safe and its expected gain large; a named method runs its window predicted fastest, priors included.
 Only lossless methods are candidates: the choice changes the speed, never the distribution.
 """
 
@@ -226,6 +228,9 @@ def _pick(method: str, seconds: dict[str, float], ar: float, pairs, measured: se
     if method == "auto" and not ar / seconds[label(*best)] >= MARGIN:
         return ("ar", 1)
     return best
+
+
+SOURCES = ("measured", "table", "prior", "exact")  # where a candidate's forwards per image come from, best first
 
 
 @dataclass(frozen=True)
@@ -436,10 +441,12 @@ def _reason(best, steps, seconds, ar_seconds, method, measured, verdicts, explor
             safest = min(verdicts.items(), key=lambda kv: kv[1].worst, default=None)
             if safest is None:
                 return "no figure for this model and sampling, and no candidate to explore"
+            v = safest[1]
             return (
                 f"no figure for this model and sampling; no candidate is worth exploring: the safest, {safest[0]}, "
-                f"costs {safest[1].worst:.2f}x ar's time at one token per iteration (explored within "
-                f"{prior.WORST_CASE}x and an expected {prior.EXPLORE_GAIN}x gain)"
+                f"costs {'' if v.probed else 'at least '}{v.worst:.2f}x ar's time at one token per iteration and is "
+                f"expected at {v.gain:.2f}x ar's speed (explored within {prior.WORST_CASE}x and an expected "
+                f"{prior.EXPLORE_GAIN}x gain)"
             )
         gain = ar_seconds / top if math.isfinite(top) and top > 0 else 0.0
         return f"no candidate beats ar by {MARGIN}x (best {gain:.2f}x)"
