@@ -84,19 +84,21 @@ def main() -> None:
     def counts() -> dict[str, int]:
         return {k: f.images for k, f in learned.figures(bundle.model, bundle.layout.length, bundle.defaults).items()}
 
-    for i, prompt in enumerate(prompts):
+    def timed(prompt: str, seed: int, **how) -> tuple[float, object, str]:
         before = counts()
         t0 = time.perf_counter()
-        gen, _ = bundle.generate([prompt], seed=i)  # the default: method="auto", window=None
-        default_s = time.perf_counter() - t0
-        chosen = next(k for k, n in counts().items() if n > before.get(k, 0))  # the pair it recorded
-        t0 = time.perf_counter()
-        ar, _ = bundle.generate([prompt], method="ar", seed=i)
-        ar_s = time.perf_counter() - t0
+        gen, _ = bundle.generate([prompt], seed=seed, **how)
+        seconds = time.perf_counter() - t0
+        return seconds, gen, next(k for k, n in counts().items() if n > before.get(k, 0))  # the pair it recorded
+
+    for i, prompt in enumerate(prompts):  # which runs first alternates: drift in the load hits both alike
+        first, second = ({}, {"method": "ar"}) if i % 2 == 0 else ({"method": "ar"}, {})
+        runs = [timed(prompt, i, **first), timed(prompt, i, **second)]
+        (default_s, gen, chosen), (ar_s, ar, _) = runs if i % 2 == 0 else runs[::-1]
         rows.append({
             "image": i + 1, "prompt": prompt, "default_seconds": default_s, "default_nfe": gen.stats.nfe,
             "default_chose": chosen, "default_decode_seconds": gen.stats.wall_time,
-            "ar_seconds": ar_s, "ar_nfe": ar.stats.nfe,
+            "ar_seconds": ar_s, "ar_nfe": ar.stats.nfe, "default_ran_first": i % 2 == 0,
         })  # fmt: skip
         print(f"image {i + 1}: default {chosen} {default_s:.2f} s ({gen.stats.nfe} forwards), "
               f"ar {ar_s:.2f} s", flush=True)  # fmt: skip
@@ -116,7 +118,7 @@ def main() -> None:
     dirty = subprocess.run([*git, "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True)
     result = {
         "what": "the default on an emoji:DIR copy with its first weight nudged (no step table applies), "
-        "fresh cache, default and ar interleaved, one image per call, in one process",
+        "fresh cache, default and ar interleaved (which runs first alternates), one image per call, in one process",
         "git_commit": commit,
         "git_dirty": bool(dirty.stdout.strip()) or dirty.returncode != 0,
         "cpu": cpu_name(),
@@ -132,6 +134,7 @@ def main() -> None:
             "default_median_seconds": default_median,
             "ar_median_seconds": ar_median,
             "default_speed_vs_ar": ar_median / default_median,
+            "median_of_paired_ratios": statistics.median(r["ar_seconds"] / r["default_seconds"] for r in later),
         },
         "learned": {
             k: {"images": f.images, "nfe": f.nfe, "spread": f.spread, "min": f.low, "max": f.high}
