@@ -196,3 +196,16 @@ def test_stats_show_the_choice_its_reason_and_the_learned_table(family, tmp_path
     table = record["auto"]["learned"]
     assert chosen in table and sum(f["images"] for f in table.values()) == 3
     assert all(math.isfinite(f["nfe"]) and f["spread"] >= 0 for f in table.values())
+
+
+def test_a_remembered_run_of_a_pair_auto_does_not_weigh_is_no_error(cheap, monkeypatch):
+    """`generate --method vp+pac` (window auto) remembers vp+pac@16's seconds; the default's next choice
+    read that record and failed with KeyError 'vp+pac@16' (found by tests/cli/test_outputs_and_options.py)."""
+    bundle, cache = cheap
+    comparable(monkeypatch, {8: 1.2})
+    record = json.loads(cache.read_text())["records"]
+    key, rec = next(iter(record.items()))
+    rec["measured"][f"vp+pac@16|{sampling_key(bundle.defaults)}"] = 1.0
+    auto.calibration.save(cache, key, rec)
+    choice = choose(bundle, cache=cache)
+    assert (choice.method, choice.window) == ("ar", 1) and "vp+pac@16" not in choice.steps

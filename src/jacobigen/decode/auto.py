@@ -289,7 +289,9 @@ def choose_for(
     records, dirty = calibration.load(cache)
     record = records.get(key, {"used": time.time(), "curve": {}, "bookkeeping": {}, "measured": {}})
     costs = _Costs(model, layout, rows, sampling, latents, record)
-    remembered = {k.split("|")[0]: v for k, v in record["measured"].items() if k.endswith(f"|{skey}")}
+    remembered = {  # runs of the pairs weighed here (a named method's other runs are another question)
+        name: v for k, v in record["measured"].items() if k.endswith(f"|{skey}") and (name := k.split("|")[0]) in steps
+    }
     predicted, verdicts = costs.predict(pairs, steps, remembered.get("ar@1"), method)
     seconds = {**predicted, **remembered}  # a measurement beats a prediction
     ar_seconds = seconds["ar@1"]
