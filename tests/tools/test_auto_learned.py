@@ -209,3 +209,13 @@ def test_a_remembered_run_of_a_pair_auto_does_not_weigh_is_no_error(cheap, monke
     auto.calibration.save(cache, key, rec)
     choice = choose(bundle, cache=cache)
     assert (choice.method, choice.window) == ("ar", 1) and "vp+pac@16" not in choice.steps
+
+
+def test_int8_weights_learn_apart_from_their_float_ones(tmp_path, monkeypatch):
+    from jacobigen.core.quantize import quantize_model
+
+    pytest.importorskip("torchao")
+    model = random_bundle().model
+    plain = learned.model_key(model, 272, {})
+    quantize_model(model, "int8")
+    assert learned.model_key(model, 272, {}) == plain.replace(" | float32 | ", " | float32+int8 | ")

@@ -23,6 +23,7 @@ from pathlib import Path
 from filelock import FileLock, Timeout
 
 from ..core.errors import ConfigError
+from ..core.quantize import quantized_as
 from ..core.reading import parse_json, read_bounded, within
 from .calibration import LOCK_SECONDS, cache_file, check_cache, write_atomic
 from .steps import fingerprint, sampling_key
@@ -40,8 +41,11 @@ def learned_file() -> Path:
 
 
 def model_key(model, length: int, sampling: dict) -> str:
-    """What a figure holds for: the weights' fingerprint, their dtype, the image's length, the sampling."""
+    """What a figure holds for: the weights' fingerprint, their dtype (and quantization: int8 weights
+    draw a few tokens otherwise), the image's length, the sampling."""
     dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
+    quantized = quantized_as(model)
+    dtype += f"+{quantized}" if quantized else ""
     return f"{fingerprint(model)} | {dtype} | length={length} | {sampling_key(sampling)}"
 
 
