@@ -219,3 +219,28 @@ def test_int8_weights_learn_apart_from_their_float_ones(tmp_path, monkeypatch):
     plain = learned.model_key(model, 272, {})
     quantize_model(model, "int8")
     assert learned.model_key(model, 272, {}) == plain.replace(" | float32 | ", " | float32+int8 | ")
+
+
+def test_the_cli_explores_then_exploits_what_it_learned(cheap, monkeypatch, tmp_path):
+    """Through `generate` with no method, on the cheap machine: the first run explores scd-mc@8 (its
+    prior 2x), records its forwards, and the next run weighs scd-mc@8 by that measured figure (it may
+    explore a sibling next, whose prior the measurement does not raise)."""
+    bundle, cache = cheap
+    comparable(monkeypatch, {8: 2.0})
+    args = [
+        "generate",
+        bundle.example_prompts[0],
+        "--model",
+        "random",
+        "--no-progress",
+        "--out",
+        str(tmp_path / "a.png"),
+    ]
+    first = CliRunner().invoke(main, args)
+    assert first.exit_code == 0 and "auto: scd-mc at window 8 (exploring scd-mc@8" in first.output, first.output
+    fig = learned.figures(bundle.model, LENGTH, bundle.defaults)["scd-mc@8"]
+    second = CliRunner().invoke(main, [*args, "--stats", str(tmp_path / "s.json")])
+    assert second.exit_code == 0, second.output
+    forwards = json.loads((tmp_path / "s.json").read_text())["auto"]["forwards"]["scd-mc@8"]
+    assert forwards["source"] == "measured" and forwards["nfe"] == fig.nfe and forwards["images"] == 1
+    assert "exploring scd-mc@8" not in second.output  # measured now: never explored twice
