@@ -120,7 +120,7 @@ def report(bundle, gen, texts, seeds, decoding: Decoding, out: Path, trace: bool
 def speed_line(choice, per_image: float, what: str = "image") -> str | None:
     """This run against ``ar``: a measured ratio only when ``ar``'s time was measured here too (a
     predicted ``ar`` ran 15-28% high, so "measured 1.33x" stood for a side-by-side 1.02x); none when
-    auto ran ``ar`` itself, or knows no time for it (no step table)."""
+    auto ran ``ar`` itself, or knows no time for it."""
     if choice.method == "ar" or not math.isfinite(choice.ar_seconds):
         return None
     if choice.ar_measured:
@@ -135,10 +135,16 @@ def speed_line(choice, per_image: float, what: str = "image") -> str | None:
 
 
 def _auto_record(choice) -> dict:
-    """What ``--stats`` says about an auto choice: the pair, why, and the figures behind it."""
+    """What ``--stats`` says about an auto choice: the pair, why, the figures behind it (each candidate's
+    forwards per image and their source), and the table learned from this model's decodes here, this
+    run's images included."""
+    from ..decode import learned
 
     def finite(x):
         return x if math.isfinite(x) else None
+
+    entry = learned.load(learned.learned_file()).get(choice.learned) if choice.learned else None
+    figures = entry["figures"] if entry else {}
 
     return {
         "method": choice.method,
@@ -151,4 +157,8 @@ def _auto_record(choice) -> dict:
         "predicted_speedup": choice.speedup,
         "candidates": {k: finite(v) for k, v in choice.predicted.items()},
         "measured_seconds": choice.measured,
+        "forwards": choice.steps,
+        "learned": {
+            k: {"images": f.images, "nfe": round(f.nfe, 2), "spread": round(f.spread, 2)} for k, f in figures.items()
+        },
     }

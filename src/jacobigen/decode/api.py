@@ -14,6 +14,7 @@ from ..core.quantize import quantize_model, quantized_as
 from ..core.sampling import SamplingConfig
 from ..core.stats import DecodeStats
 from ..parts.tree import MAX_NODES
+from . import learned
 from .auto import resolve
 from .engine import PER_SEQUENCE, Determinism
 from .jacobi import JacobiDecoder, Parts
@@ -186,6 +187,9 @@ def generate(
     stats.lossless = spec.lossless
     stats.quantize = quantized_as(model)
     stats.dtype = model_dtype(model)
+    if spec.lossless and not options:  # what the default learns from: forwards per image of a lossless method
+        chosen = {"cfg": cfg, "temperature": temperature, "top_k": top_k, "top_p": top_p}
+        learned.record(model, layout.length, chosen, f"{spec.name}@{spec.window or window}", stats.sequence_nfe)
     return Generation(tokens, layout.grid(tokens), stats, spec)
 
 

@@ -9,8 +9,9 @@ single-token forward, so long windows win; on two CPU cores a 32-token block cos
 choice splits what depends on the model from what depends on the machine:
 
 - **forward passes per image** (NFE) of each (method, window) depend on the model and the
-  sampling only: they come from a step table measured on real images and shipped beside the
-  weights (:mod:`.steps`; ``jacobigen bench --steps`` writes one for any checkpoint);
+  sampling only: they come from this model's own decodes here (:mod:`.learned`), else a step table
+  measured on real images and shipped beside the weights (:mod:`.steps`; ``jacobigen bench
+  --steps`` writes one for any checkpoint), else a prior (:mod:`.prior`);
 - **what a forward costs here** is measured in a few forwards: one forward per candidate block
   size with the sampling's rows (2 for a guided sequence) after the image's real context (the
   prompt plus half the image, rounded up to 64 tokens) in a cache of the slots the decode will
@@ -22,8 +23,9 @@ The predicted seconds per image of a candidate are ``NFE x (cost(block) + bookke
 runs unless a candidate is predicted at least ``MARGIN`` (1.1) times as fast: a smaller gain is
 within what the measurement's noise can make up. A measurement beats a prediction: after a run
 the measured seconds per image are kept (:func:`remember`), used instead of the prediction next
-time, and a candidate measured slower than ``ar`` is dropped. A model (or sampling) without a step
-table runs ``ar`` (a named method: its smallest window) and decodes nothing to find out more.
+time, and a candidate measured slower than ``ar`` is dropped. A candidate known only by its prior
+never displaces ``ar`` by the margin: ``auto`` explores it when :mod:`.prior` says its worst case is
+safe and its expected gain large; a named method runs its window predicted fastest, priors included.
 Only lossless methods are candidates: the choice changes the speed, never the distribution.
 """
 
@@ -46,7 +48,7 @@ from ..core.errors import ConfigError
 from ..core.layout import ImageLayout
 from ..core.sampling import SamplingConfig
 from ..parts.tree import MAX_NODES
-from . import calibration
+from . import calibration, learned, prior
 from .batching import decode
 from .calibration import cache_file
 from .costs import block_size, forward_cost_curve, interpolate
@@ -122,6 +124,8 @@ class Choice:
     measured: dict = field(default_factory=dict)  # "method@window" -> remembered seconds per image
     key: str = ""  # the cache record this choice used
     sampling: str = ""  # its sampling key
+    steps: dict = field(default_factory=dict)  # "method@window" -> its Steps' fields: forwards and their source
+    learned: str = ""  # the model key of its learned figures (:func:`.learned.model_key`)
 
     @property
     def speedup(self) -> float:
@@ -226,6 +230,44 @@ def _pick(method: str, seconds: dict[str, float], ar: float, pairs, measured: se
     return best
 
 
+SOURCES = ("measured", "table", "prior", "exact")  # where a candidate's forwards per image come from, best first
+
+
+@dataclass(frozen=True)
+class Steps:
+    """Forwards per image of one candidate, and where the figure comes from: ``measured`` (learned from
+    this model's decodes here, over ``images`` images with ``spread``, :mod:`.learned`), ``table`` (a
+    step table), ``prior`` (``note`` says which figure, :mod:`.prior`), ``exact`` (``ar``: one per token)."""
+
+    nfe: float
+    source: str
+    images: int = 0
+    spread: float = 0.0
+    note: str = ""
+
+
+def forwards(model, layout: ImageLayout, sampling: dict, pairs) -> tuple[dict[str, Steps], Path | None]:
+    """Each pair's forwards per image, the measured figure first, then a step table's, then the prior;
+    and the step table's path (None: none for this model and sampling)."""
+    found = find_steps(model, layout.length, sampling)
+    table, path = found if found else ({}, None)
+    own = learned.figures(model, layout.length, sampling)
+    out = {"ar@1": Steps(float(layout.length), "exact")}
+    for mw in pairs:
+        name = label(*mw)
+        if name == "ar@1":
+            continue
+        if name in own:
+            f = own[name]
+            out[name] = Steps(f.nfe, "measured", f.images, f.spread)
+        elif name in table:
+            out[name] = Steps(table[name], "table", note=path.name if path else "")
+        else:
+            compression, note = prior.expected_compression(layout.length, mw[1])
+            out[name] = Steps(layout.length / compression, "prior", note=note)
+    return out, path
+
+
 def choose_for(
     model,
     layout: ImageLayout,
@@ -238,28 +280,32 @@ def choose_for(
 ) -> Choice:
     """The choice for one prompt's model ``rows`` (its cond/uncond pair when guided) under
     ``sampling`` (cfg, temperature, top_k, top_p); what ``cache`` (None: keep nothing) lacks is
-    measured and added to it. Without a step table nothing is decoded or timed: ``ar``'s seconds
-    are then those remembered from a run, or unknown (NaN)."""
+    measured and added to it. ``auto`` weighs the pairs with a measured or tabled figure by
+    ``MARGIN``, then explores a pair known only by its prior when :mod:`.prior` says it is worth it;
+    a named method runs its window predicted fastest, priors included."""
     pairs = _checked(method, window, layout, sampling)
-    found = find_steps(model, layout.length, sampling)
+    steps, table = forwards(model, layout, sampling, pairs)
     key, skey = record_key(model, layout, rows, sampling), sampling_key(sampling)
     records, dirty = calibration.load(cache)
     record = records.get(key, {"used": time.time(), "curve": {}, "bookkeeping": {}, "measured": {}})
     costs = _Costs(model, layout, rows, sampling, latents, record)
-    remembered = {k.split("|")[0]: v for k, v in record["measured"].items() if k.endswith(f"|{skey}")}
-    if found:
-        predicted = costs.predict(pairs, found[0], remembered.get("ar@1"), method)
-    else:  # no table: nothing could be shown to beat ar, so nothing is decoded
-        predicted = {label(*mw): math.inf for mw in [*pairs, ("ar", 1)]}
+    remembered = {  # runs of the pairs weighed here (a named method's other runs are another question)
+        name: v for k, v in record["measured"].items() if k.endswith(f"|{skey}") and (name := k.split("|")[0]) in steps
+    }
+    predicted, verdicts = costs.predict(pairs, steps, remembered.get("ar@1"), method)
     seconds = {**predicted, **remembered}  # a measurement beats a prediction
-    ar_seconds = seconds["ar@1"] if found or "ar@1" in remembered else math.nan
+    ar_seconds = seconds["ar@1"]
     for name, s in remembered.items():  # measured slower than ar: dropped, whatever was predicted
         if name != "ar@1" and s >= ar_seconds:
             seconds[name] = math.inf
-    if found or method == "auto":
-        best = _pick(method, seconds, ar_seconds, pairs, set(remembered))
+    explored = None
+    if method == "auto":  # a prior alone never displaces ar by the margin: it can only be explored
+        known = {k: v if steps[k].source != "prior" or k in remembered else math.inf for k, v in seconds.items()}
+        best = _pick(method, known, ar_seconds, pairs, set(remembered))
+        explored = _explore(verdicts, seconds, known[label(*best)], set(remembered))
+        best = explored or best
     else:
-        best = min(pairs, key=lambda mw: mw[1])  # a named method, no table: its smallest window
+        best = _pick(method, seconds, ar_seconds, pairs, set(remembered))
     if cache is not None and (costs.measured or dirty):
         calibration.save(cache, key, costs.record())
     return Choice(
@@ -268,12 +314,25 @@ def choose_for(
         ar_seconds,
         predicted,
         costs.measured,
-        found[1] if found else None,
-        _reason(best, found, seconds, ar_seconds, method, remembered),
+        table,
+        _reason(best, steps, seconds, ar_seconds, method, remembered, verdicts, explored is not None),
         remembered,
         key,
         skey,
+        {k: vars(v) for k, v in steps.items()},
+        learned.model_key(model, layout.length, sampling),
     )
+
+
+def _explore(verdicts: dict, seconds: dict, incumbent: float, measured: set[str]) -> tuple[str, int] | None:
+    """The pair known only by its prior that :mod:`.prior` says to try, with the largest expected gain,
+    when it is also predicted ``MARGIN`` times as fast as the incumbent (None: none)."""
+    worth = [n for n, v in verdicts.items() if v.explore and n not in measured and seconds[n] * MARGIN <= incumbent]
+    if not worth:
+        return None
+    name = max(worth, key=lambda n: verdicts[n].gain)
+    method, w = name.rsplit("@", 1)
+    return method, int(w)
 
 
 def _checked(method, window, layout: ImageLayout, sampling: dict) -> list[tuple[str, int]]:
@@ -326,26 +385,37 @@ class _Costs:
             self.measured = True
         return self.bookkeeping[name]
 
-    def predict(self, pairs, nfe: dict[str, float], ar_measured: float | None, method: str) -> dict[str, float]:
-        """Seconds per image of each pair, ``NFE x (cost(block) + bookkeeping)``; inf for a pair the
-        table lacks, and ``NFE x cost(block)`` (a lower bound) for one that cannot win even without
-        bookkeeping, which is then not probed."""
-        blocks = {mw: block_size(get_method(mw[0]).build(mw[1]), self.layout) for mw in pairs if label(*mw) in nfe}
+    def predict(self, pairs, steps: dict, ar_measured: float | None, method: str) -> tuple[dict, dict]:
+        """Seconds per image of each pair, ``NFE x (cost(block) + bookkeeping)``, and the prior's
+        :class:`~.prior.Verdict` of each pair known only by its prior. ``NFE x cost(block)`` (a lower
+        bound) for a pair that cannot win even without bookkeeping, or (``auto``) a prior's pair whose
+        forward alone breaks the worst-case bound: neither is probed."""
+        blocks = {mw: block_size(get_method(mw[0]).build(mw[1]), self.layout) for mw in pairs}
         blocks.pop(("ar", 1), None)
         ar_overhead = self.overhead("ar", 1)  # first: its iterations also warm the model up for the timing
         self.forward(1, *blocks.values())
+        ar_forward = self.forward(1) + ar_overhead
         predicted = {label(*mw): math.inf for mw in [*pairs, ("ar", 1)]}
-        predicted["ar@1"] = self.layout.length * (self.forward(1) + ar_overhead)
+        predicted["ar@1"] = self.layout.length * ar_forward
         threshold = (ar_measured or predicted["ar@1"]) / MARGIN if method == "auto" else math.inf
-        for mw in sorted(blocks, key=lambda mw: nfe[label(*mw)] * self.forward(blocks[mw])):
-            name = label(*mw)
-            floor = nfe[name] * self.forward(blocks[mw])
-            if floor >= threshold and name not in self.bookkeeping:
+        verdicts = {}
+        for mw in sorted(blocks, key=lambda mw: steps[label(*mw)].nfe * self.forward(blocks[mw])):
+            name, cost = label(*mw), self.forward(blocks[mw])
+            guess = steps[name].source == "prior"
+            floor = steps[name].nfe * cost
+            out = guess and method == "auto" and cost / ar_forward > prior.WORST_CASE
+            if (out or floor >= threshold) and name not in self.bookkeeping:
                 predicted[name] = floor
+                if guess:
+                    verdicts[name] = prior.weigh(cost, ar_forward, self.layout.length / steps[name].nfe, probed=False)
                 continue
-            predicted[name] = nfe[name] * (self.forward(blocks[mw]) + self.overhead(*mw))
-            threshold = min(threshold, predicted[name])
-        return predicted
+            per_iteration = cost + self.overhead(*mw)
+            predicted[name] = steps[name].nfe * per_iteration
+            if guess:
+                verdicts[name] = prior.weigh(per_iteration, ar_forward, self.layout.length / steps[name].nfe)
+            else:
+                threshold = min(threshold, predicted[name])
+        return predicted, verdicts
 
     def record(self) -> dict:
         return {
@@ -356,20 +426,41 @@ class _Costs:
         }
 
 
-def _reason(best, found, seconds, ar_seconds, method, measured) -> str:
-    if not found:
-        return "no step table for this model and sampling: " + ("ar" if method == "auto" else "the smallest window")
-    s = seconds[label(*best)]
+def _reason(best, steps, seconds, ar_seconds, method, measured, verdicts, explored) -> str:
+    name = label(*best)
+    if explored:
+        v, f = verdicts[name], steps[name]
+        compression = steps["ar@1"].nfe / f.nfe
+        return (
+            f"exploring {name}: no figure for this model yet; expected {v.gain:.2f}x ar's speed from "
+            f"{compression:.2f}x fewer forwards ({f.note}) against a break-even {v.break_even:.2f}x; worst case "
+            f"(one token per iteration) {v.worst:.2f}x ar's time, within {prior.WORST_CASE}x"
+        )
     if best == ("ar", 1):
-        others = [v for k, v in seconds.items() if k != "ar@1"]
-        top = min(others, default=math.inf)
+        known = [v for k, v in seconds.items() if k != "ar@1" and steps[k].source != "prior"]
+        top = min(known, default=math.inf)
+        if not known and method == "auto":
+            safest = min(verdicts.items(), key=lambda kv: kv[1].worst, default=None)
+            if safest is None:
+                return "no figure for this model and sampling, and no candidate to explore"
+            v = safest[1]
+            return (
+                f"no figure for this model and sampling; no candidate is worth exploring: the safest, {safest[0]}, "
+                f"costs {'' if v.probed else 'at least '}{v.worst:.2f}x ar's time at one token per iteration and is "
+                f"expected at {v.gain:.2f}x ar's speed (explored within {prior.WORST_CASE}x and an expected "
+                f"{prior.EXPLORE_GAIN}x gain)"
+            )
         gain = ar_seconds / top if math.isfinite(top) and top > 0 else 0.0
         return f"no candidate beats ar by {MARGIN}x (best {gain:.2f}x)"
-    how = "measured" if label(*best) in measured else "predicted"
-    if not math.isfinite(ar_seconds):
-        return how
+    how = "measured" if name in measured else "predicted"
+    f = steps[name]
+    source = {
+        "measured": f"{f.nfe:.1f} forwards per image measured here over {f.images} image(s), spread {f.spread:.1f}",
+        "table": f"{f.nfe:.1f} forwards per image from {f.note}",
+        "prior": f"{f.nfe:.1f} forwards per image by the prior ({f.note})",
+    }.get(f.source, "")
     ar_how = "measured" if "ar@1" in measured else "predicted"
-    return f"{how} {s:.2f} s per image against ar's {ar_how} {ar_seconds:.2f} s"
+    return f"{how} {seconds[name]:.2f} s per image against ar's {ar_how} {ar_seconds:.2f} s; {source}"
 
 
 def remember(choice: Choice, seconds_per_image: float, cache: Path | None) -> None:

@@ -142,14 +142,15 @@ def save(path: Path, key: str, record: dict) -> None:
                 warnings.simplefilter("ignore")
                 records, _ = load(path)
             records[key] = {**record, "used": time.time()}
-            _write(path, _text(_bounded(records)))
+            write_atomic(path, _text(_bounded(records)))
     except Timeout:
         warnings.warn(f"calibration not kept: {path} stayed locked by another run", stacklevel=3)
     except (OSError, ConfigError) as e:
         warnings.warn(f"calibration not kept: {e}", stacklevel=3)
 
 
-def _write(path: Path, data: bytes) -> None:
+def write_atomic(path: Path, data: bytes) -> None:
+    """``data`` into ``path`` through a temporary file renamed over it (never through a link)."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | NOFOLLOW | CLOEXEC, 0o644)
     try:

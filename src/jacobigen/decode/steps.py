@@ -4,7 +4,7 @@ How many forwards a lossless method takes (its step compression) depends on the 
 sampling, not on the machine: the same seed draws the same tokens on any device. So it is measured
 once, on real images, and shipped beside the weights (``jacobigen/weights/steps.json`` for the
 embedded model) or written by ``jacobigen bench --steps FILE`` for any checkpoint; ``--method auto``
-(:mod:`jacobigen.tools.auto`) reads it and measures on the machine only what a forward costs there.
+(:mod:`jacobigen.decode.auto`) reads it and measures on the machine only what a forward costs there.
 
 A table names its model by a fingerprint of the weights (:func:`fingerprint`) and the image's token
 count, so a table never applies to another checkpoint; within it, one entry per sampling
@@ -126,18 +126,35 @@ def _table(path: Path) -> dict | None:
     return _seen[key]
 
 
-def find_steps(model, layout_length: int, sampling: dict) -> tuple[dict[str, float], Path] | None:
-    """``{"method@window": forward passes per image}`` and the table's path, for this model's weights,
-    image length and sampling; None when no table has them."""
-    fp, key = fingerprint(model), sampling_key(sampling)
+def tables():
+    """(path, table) of every step table found (:func:`table_folders`), shipped ones first."""
     for folder in table_folders():
         names = ["steps.json"] if folder.name != "steps" else []
         files = [folder / n for n in names] + (sorted(folder.glob("*.json")) if not names else [])
         for path in files:
             table = _table(path)
-            if not table or table["fingerprint"] != fp or table["layout_length"] != layout_length:
-                continue
-            for entry in table["entries"]:
-                if entry["sampling"] == key:
-                    return _steps(entry, str(path), layout_length), path
+            if table:
+                yield path, table
+
+
+def find_steps(model, layout_length: int, sampling: dict) -> tuple[dict[str, float], Path] | None:
+    """``{"method@window": forward passes per image}`` and the table's path, for this model's weights,
+    image length and sampling; None when no table has them."""
+    fp, key = fingerprint(model), sampling_key(sampling)
+    for path, table in tables():
+        if table["fingerprint"] != fp or table["layout_length"] != layout_length:
+            continue
+        for entry in table["entries"]:
+            if entry["sampling"] == key:
+                return _steps(entry, str(path), layout_length), path
     return None
+
+
+def every_figure() -> list[tuple[str, int, dict[str, float]]]:
+    """(table, image length, {"method@window": forwards per image}) of every table entry found: the
+    comparable layouts a prior draws on."""
+    return [
+        (f"{path.parent.name}/{path.name}", table["layout_length"], _steps(entry, str(path), table["layout_length"]))
+        for path, table in tables()
+        for entry in table["entries"]
+    ]

@@ -139,7 +139,7 @@ def serve(
         raise click.UsageError("--replicas needs --ray")
     _need(["fastapi", "uvicorn", "prometheus_client"], "'jacobigen[serve]'")
     if calibrate:
-        from ..tools.calibration import cache_file, check_cache
+        from ..decode.calibration import cache_file, check_cache
 
         check_cache(cache_file())  # a folder or a FIFO there: refused before the model loads, as generate does
     if quantize:

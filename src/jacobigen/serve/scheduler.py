@@ -27,7 +27,7 @@ from ..decode.api import prompt_rows
 from ..decode.batching import Admission, Sequences, capacity, model_prefixes, run
 from ..decode.jacobi import JacobiDecoder
 from ..decode.methods import get_method
-from ..tools.costs import block_size
+from ..decode.costs import block_size
 from .fields import FieldError, Group, ImageRequest, pinned_group
 from .images import pictures, png_b64, preview
 from .jobs import Image, Job

@@ -153,7 +153,7 @@ def run_bench(
 
     ``windows`` may contain "auto": the window is then chosen per method from the model's step
     table and this machine's costs (:func:`jacobigen.tools.auto.choose`, not cached; without a
-    table its smallest window); ``methods`` may contain "auto": the (method, window) ``--method
+    table the window the prior predicts fastest); ``methods`` may contain "auto": the (method, window) ``--method
     auto`` would run.
     Returns the rows and the other data: baselines, warm-up time, cost curve, and the machine, code and weights
     (:func:`~jacobigen.tools.threads.environment`, given the ``--model`` spec ``model_spec``) with the load
