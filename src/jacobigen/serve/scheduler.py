@@ -25,9 +25,9 @@ from ..core.errors import ConfigError
 from ..core.stats import step_compression
 from ..decode.api import prompt_rows
 from ..decode.batching import Admission, Sequences, capacity, model_prefixes, run
+from ..decode.costs import block_size
 from ..decode.jacobi import JacobiDecoder
 from ..decode.methods import get_method
-from ..decode.costs import block_size
 from .fields import FieldError, Group, ImageRequest, pinned_group
 from .images import pictures, png_b64, preview
 from .jobs import Image, Job
