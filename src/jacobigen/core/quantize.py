@@ -122,16 +122,46 @@ def quantize_model(model: nn.Module, mode: str | None) -> nn.Module:
     device = next(model.parameters()).device
     check_mode(mode, device)
     done = quantized_as(model)
-    if done == mode:
-        return model
-    if done is not None:
+    if done not in (None, mode):
         raise ConfigError(f"this model is already quantized to {done}; load it again to quantize it to {mode}")
     if mode == "int4" and next(model.parameters()).dtype != torch.bfloat16:
         model.to(torch.bfloat16)
-    layers = {id(m) for _, m in quantizable(model)}
-    with _quiet(), torch.no_grad():
-        torchao().quantize_(model, _config(mode), filter_fn=lambda m, _fqn: id(m) in layers)
+    for _, layer in quantizable(model):  # those a streaming load left (a family's image head), or all
+        if quantized_as(layer) is None:
+            quantize_linear(layer, mode)
     return model
+
+
+ROWS = 4096  # output rows quantized at a time (int8): the float32 temporaries stay ~64 MB at width 4096
+
+
+def quantize_linear(layer: nn.Linear, mode: str) -> nn.Linear:
+    """One linear layer's weight quantized in place, as a streaming load does right after filling it.
+    int8 goes ``ROWS`` output rows at a time into one preallocated Int8Tensor: its scales are per row,
+    so the result is torchao's whole-tensor one, but the float32 temporaries of ``Int8Tensor.from_hp``
+    (about 4x the bf16 weight at once) never cover more than a chunk."""
+    with _quiet(), torch.no_grad():
+        cfg = _config(mode)
+        if mode != "int8":
+            torchao().quantize_(layer, cfg)
+            return layer
+        from torchao.quantization import Int8Tensor
+
+        w = layer.weight
+        parts: dict[str, torch.Tensor] = {}
+        meta: dict = {}
+        for start in range(0, w.shape[0], ROWS):
+            q = Int8Tensor.from_hp(w[start : start + ROWS], granularity=cfg.granularity)
+            names, meta = q.__tensor_flatten__()
+            for name in names:
+                inner = getattr(q, name)
+                if name not in parts:
+                    parts[name] = inner.new_empty((w.shape[0], *inner.shape[1:]))
+                parts[name][start : start + inner.shape[0]] = inner
+        meta = {**meta, "block_size": [1, w.shape[1]]}
+        q = Int8Tensor.__tensor_unflatten__(parts, meta, w.shape, None)
+        layer.weight = nn.Parameter(q, requires_grad=False)
+    return layer
 
 
 def tensor_bytes(t: torch.Tensor) -> int:
