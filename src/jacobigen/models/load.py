@@ -231,18 +231,19 @@ def load_bundle(
     ``device=None`` picks CUDA when available; an unavailable device is a :class:`ConfigError`.
     ``trust_checkpoint`` lets a family read pickled checkpoints that hold Python objects
     (unpickling them can run code). ``quantize`` (``"int8"``, or ``"int4"`` on CUDA) quantizes the
-    model's linear weights after loading (:mod:`jacobigen.core.quantize`; checked before loading):
+    model's linear weights (:mod:`jacobigen.core.quantize`; checked before loading; a family with a
+    streaming load quantizes each layer as it is filled, the others after loading):
     the bundle then samples the quantized model's distribution."""
     if not isinstance(spec, str):
         raise ConfigError(f"model must be a spec string such as 'default' or 'chameleon:DIR', got {spec!r}")
     device = resolve_device(device)
     check_mode(quantize, device)
-    bundle = _load(spec, device, trust_checkpoint)
+    bundle = _load(spec, device, trust_checkpoint, quantize)
     quantize_model(bundle.model, quantize)  # type: ignore[arg-type]
     return bundle
 
 
-def _load(spec: str, device: str, trust_checkpoint: bool) -> ModelBundle:
+def _load(spec: str, device: str, trust_checkpoint: bool, quantize: str | None = None) -> ModelBundle:
     if spec == "random":
         return random_bundle(device=device)
     if spec == "random-video":
@@ -259,7 +260,7 @@ def _load(spec: str, device: str, trust_checkpoint: bool) -> ModelBundle:
     from .families import FAMILIES, load_family
 
     if family.lower() in FAMILIES and path:
-        return load_family(family, path, device, trust_checkpoint)
+        return load_family(family, path, device, trust_checkpoint, quantize)
     raise ConfigError(
         f"unknown model {spec!r}: use 'default', 'emoji:DIR', 'random', 'random-video' or "
         f"FAMILY:PATH with FAMILY one of {', '.join(sorted(FAMILIES))}"
