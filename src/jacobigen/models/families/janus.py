@@ -135,12 +135,12 @@ def janus_pipeline(hf, tokenizer, backend: str = "ours", release: bool = False, 
 IMAGE_PARTS = ("vqmodel", "generation_embeddings", "generation_aligner", "generation_head")
 
 
-def image_parts(path: Path, dtype: torch.dtype, device: str, source: Checkpoint):
-    """JanusForConditionalGeneration with only what image generation runs besides the language model:
-    the VQ model and the generation embedding, aligner and head, streamed from ``source``. Built on the
-    meta device; the vision encoder and aligner (image understanding) and transformers' language model
-    are dropped before any of their weights is read."""
-    from transformers import GenerationConfig, JanusConfig, JanusForConditionalGeneration
+def meta_image_parts(path: Path):
+    """JanusForConditionalGeneration on the meta device with only what image generation runs besides
+    the language model: the VQ model and the generation embedding, aligner and head. The vision encoder
+    and aligner (image understanding) and transformers' language model are dropped. The memory plan
+    counts this model too."""
+    from transformers import JanusConfig, JanusForConditionalGeneration
 
     try:
         config = JanusConfig.from_pretrained(str(path), local_files_only=True)
@@ -151,6 +151,14 @@ def image_parts(path: Path, dtype: torch.dtype, device: str, source: Checkpoint)
     for name in ("vision_model", "aligner", "language_model"):
         delattr(hf.model, name)
     del hf.lm_head
+    return hf
+
+
+def image_parts(path: Path, dtype: torch.dtype, device: str, source: Checkpoint):
+    """:func:`meta_image_parts` streamed from ``source``, with the release's generation config."""
+    from transformers import GenerationConfig
+
+    hf = meta_image_parts(path)
     for name in IMAGE_PARTS:
         stream_module(getattr(hf.model, name), f"model.{name}.", source, dtype, device)
     if (path / "generation_config.json").is_file():
