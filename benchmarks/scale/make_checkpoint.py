@@ -47,6 +47,9 @@ SHAPES = {
                            num_key_value_heads=32, vocab_size=172032, movq="270M"),
         "tiny": dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
                      num_key_value_heads=2, vocab_size=171392, movq="tiny"),
+        # the suite's load-peak test: embedding and head (88 MB each in bf16) dwarf the process' noise
+        "peak-test": dict(hidden_size=256, intermediate_size=512, num_hidden_layers=2, num_attention_heads=4,
+                          num_key_value_heads=2, vocab_size=171392, movq="tiny"),
     },
 }  # fmt: skip
 WORDS = "a red fox cat on the mat Generate an image of according to following prompt : User Assistant x".split()

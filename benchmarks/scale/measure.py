@@ -6,10 +6,10 @@
 Records, with the git commit, CPU model, torch threads and the machine's load average:
 
 - **load**: seconds, the process's resident memory before loading and its peak (``VmHWM`` of
-  ``/proc/self/status``, reset after the imports) and after, against the memory plan's load peak
-  and weights (:mod:`jacobigen.models.memory`);
+  ``/proc/self/status``, reset after the imports and a load of the ``--warm`` checkpoint) and after,
+  against the memory plan's load peak and weights (:mod:`jacobigen.models.memory`);
 - **forward**: ms per forward of a block of 1, 4, 16, 32 and 64 tokens with the CFG pair (2 rows)
-  after a prompt of 64 in the cache (median of 3 after one warm-up);
+  after a prompt of 64 in the cache (median of ``--repeats`` after one warm-up);
 - ``--generate``: one whole image through ``jacobigen generate`` (``ar`` and ``scd-mc`` at window 16,
   the VQ decode included) in this process, its stats.json figures per forward and per iteration.
 
@@ -155,6 +155,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--quantize", choices=["int8"], default=None)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--generate", action="store_true")
+    ap.add_argument("--repeats", type=int, default=3, help="timed forwards per block size (after one warm-up)")
+    ap.add_argument("--warm", type=Path, help="a small checkpoint of the family loaded first: its imports")
     ap.add_argument("--out", type=Path, required=True)
     a = ap.parse_args(argv)
     torch.set_num_threads(a.threads)
@@ -165,9 +167,13 @@ def main(argv: list[str] | None = None) -> None:
     with quiet_torchao():
         import transformers  # noqa: F401  (imported before the memory baseline, as the loader would)
     record = {"model": a.model, "dtype": a.dtype, "quantize": a.quantize, **machine()}
+    if a.warm:  # the modules a load imports are not the load's memory
+        from jacobigen.models.load import load_bundle
+
+        load_bundle(f"{a.model.partition(':')[0]}:{a.warm}", "cpu", quantize=a.quantize)
     bundle, record["load"] = load(a.model, a.quantize)
     print(json.dumps(record["load"], indent=1), file=sys.stderr)
-    record["forward_ms_cfg_pair"] = forwards(bundle.model)
+    record["forward_ms_cfg_pair"] = forwards(bundle.model, repeats=a.repeats)
     print(record["forward_ms_cfg_pair"], file=sys.stderr)
     if a.generate:
         del bundle

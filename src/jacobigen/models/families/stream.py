@@ -5,8 +5,7 @@ filled. The host never holds more than the final model plus the largest tensor i
 full-precision copy, as vLLM's and transformers' loaders do it.
 
 :class:`Checkpoint` reads a safetensors folder (``model.safetensors.index.json`` and its shards, or one
-``model.safetensors``); each read opens the shard's memory map and closes it, so pages of the files
-never stay resident beside the tensors made from them.
+``model.safetensors``) itself: the format is a JSON header and raw little-endian tensors.
 """
 
 from __future__ import annotations
@@ -24,22 +23,43 @@ from ..transformer import NameMap, Transformer, TransformerConfig, _names, check
 Fix = Callable[[str, torch.Tensor], torch.Tensor]  # (our key, tensor) -> the tensor our layer takes
 
 
+DTYPES = {
+    "BF16": torch.bfloat16, "F16": torch.float16, "F32": torch.float32, "F64": torch.float64, "I64": torch.int64,
+    "I32": torch.int32, "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8, "BOOL": torch.bool,
+}  # fmt: skip
+FINITE_CHUNK = 1 << 20  # elements checked for NaN/inf at a time
+
+
 class Checkpoint:
-    """The tensors of a safetensors checkpoint folder by name, read one at a time."""
+    """The tensors of a safetensors checkpoint folder by name, each read from its shard straight into
+    the tensor that keeps it (``readinto``): no memory map and no staging buffer is ever resident beside
+    it (safetensors' ``get_tensor`` holds about three times the tensor at once)."""
 
     def __init__(self, path: Path):
-        from safetensors import safe_open
-
-        self.path, self.open = path, safe_open
+        self.path = path
         index = path / "model.safetensors.index.json"
         try:
             if index.is_file():
                 self.where = dict(json.loads(index.read_text())["weight_map"])
             else:
-                with safe_open(str(path / "model.safetensors"), framework="pt") as f:
-                    self.where = {k: "model.safetensors" for k in f.keys()}
-        except Exception as e:  # no weights, a broken index
-            raise WeightsError(f"cannot read the safetensors index or weights in {path}: {e}") from e
+                self.where = dict.fromkeys(self._header("model.safetensors")[0], "model.safetensors")
+        except WeightsError:
+            raise
+        except Exception as e:  # a broken index
+            raise WeightsError(f"cannot read the safetensors index in {path}: {e}") from e
+        self.headers: dict[str, tuple[dict, int]] = {}
+
+    def _header(self, shard: str) -> tuple[dict, int]:
+        """(tensor entries, offset of the data) of one shard file."""
+        file = self.path / shard
+        try:
+            with open(file, "rb") as f:
+                n = int.from_bytes(f.read(8), "little")
+                header = json.loads(f.read(n))
+        except Exception as e:  # a missing or truncated shard
+            raise WeightsError(f"cannot read the safetensors header of {file}: {e}") from e
+        header.pop("__metadata__", None)
+        return header, 8 + n
 
     def __contains__(self, key: str) -> bool:
         return key in self.where
@@ -47,17 +67,46 @@ class Checkpoint:
     def __iter__(self) -> Iterator[str]:
         return iter(self.where)
 
-    def read(self, key: str, what: str = "the checkpoint") -> torch.Tensor:
-        """One tensor as stored; a key the index lacks is a WeightsError naming ``what``."""
+    def entry(self, key: str, what: str = "the checkpoint") -> tuple[torch.dtype, tuple[int, ...]]:
+        """(dtype, shape) of a stored tensor; a key the index lacks is a WeightsError naming ``what``."""
         if key not in self.where:
             raise WeightsError(f"{what} in {self.path} has no {key}: is it a checkpoint of this family and config?")
+        shard = self.where[key]
+        if shard not in self.headers:
+            self.headers[shard] = self._header(shard)
+        header = self.headers[shard][0]
+        if key not in header or header[key]["dtype"] not in DTYPES:
+            raise WeightsError(f"{self.path / shard} holds no {key} of a known dtype")
+        return DTYPES[header[key]["dtype"]], tuple(header[key]["shape"])
+
+    def read_into(self, key: str, out: torch.Tensor) -> torch.Tensor:
+        """Tensor ``key`` into ``out`` (its shape, any dtype; read in place when dtypes agree)."""
+        dtype, shape = self.entry(key)
+        if tuple(out.shape) != shape:
+            raise WeightsError(f"{key} has shape {shape} in {self.path}, the model needs {tuple(out.shape)}")
+        dest = out if out.dtype == dtype and out.is_contiguous() and out.device.type == "cpu" else None
+        target = dest if dest is not None else torch.empty(shape, dtype=dtype)
+        shard = self.where[key]
+        header, start = self.headers[shard]
+        begin, end = header[key]["data_offsets"]
+        view = target.view(-1).view(torch.uint8).numpy() if target.numel() else None
         try:
-            with self.open(str(self.path / self.where[key]), framework="pt") as f:
-                tensor = f.get_tensor(key)
-        except Exception as e:  # a missing or truncated shard
-            raise WeightsError(f"cannot read {key} from {self.path / self.where[key]}: {e}") from e
-        check_finite({key: tensor}, self.path)
-        return tensor
+            with open(self.path / shard, "rb") as f:
+                f.seek(start + begin)
+                if view is not None and f.readinto(view) != end - begin:
+                    raise EOFError("the file ends inside the tensor")
+        except Exception as e:  # a truncated shard
+            raise WeightsError(f"cannot read {key} from {self.path / shard}: {e}") from e
+        for chunk in target.view(-1).split(FINITE_CHUNK):  # a bool per element, a chunk at a time
+            check_finite({key: chunk}, self.path)
+        if dest is None:
+            out.copy_(target)
+        return out
+
+    def read(self, key: str, what: str = "the checkpoint") -> torch.Tensor:
+        """One tensor as stored."""
+        dtype, shape = self.entry(key, what)
+        return self.read_into(key, torch.empty(shape, dtype=dtype))
 
 
 def place(model: nn.Module, key: str, tensor: torch.Tensor, shape: torch.Size) -> None:
@@ -89,12 +138,11 @@ def fill(
             out = torch.empty(shape, dtype=dtype, device=device)
             start = 0
             for part in theirs:
-                t = source.read(part)
-                if start + t.shape[0] > shape[0] or t.shape[1:] != shape[1:]:
-                    raise WeightsError(f"{part} of shape {tuple(t.shape)} does not fit {key} {tuple(shape)}")
-                out[start : start + t.shape[0]].copy_(t)
-                start += t.shape[0]
-                del t
+                rows = source.entry(part)[1][0]
+                if start + rows > shape[0]:
+                    raise WeightsError(f"{', '.join(theirs)} stack to more than the {shape[0]} rows of {key}")
+                source.read_into(part, out[start : start + rows])
+                start += rows
             if start != shape[0]:
                 raise WeightsError(f"{', '.join(theirs)} stack to {start} rows, {key} needs {shape[0]}")
         else:
