@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import warnings
+from collections.abc import Callable
 
 import torch
 from torch import nn
@@ -136,32 +137,42 @@ ROWS = 4096  # output rows quantized at a time (int8): the float32 temporaries s
 
 
 def quantize_linear(layer: nn.Linear, mode: str) -> nn.Linear:
-    """One linear layer's weight quantized in place, as a streaming load does right after filling it.
-    int8 goes ``ROWS`` output rows at a time into one preallocated Int8Tensor: its scales are per row,
-    so the result is torchao's whole-tensor one, but the float32 temporaries of ``Int8Tensor.from_hp``
-    (about 4x the bf16 weight at once) never cover more than a chunk."""
+    """One linear layer's weight quantized in place, as a streaming load does right after filling it
+    (int8: :func:`int8_rows` over the weight's rows)."""
     with _quiet(), torch.no_grad():
-        cfg = _config(mode)
         if mode != "int8":
-            torchao().quantize_(layer, cfg)
+            torchao().quantize_(layer, _config(mode))
             return layer
-        from torchao.quantization import Int8Tensor
-
         w = layer.weight
-        parts: dict[str, torch.Tensor] = {}
-        meta: dict = {}
-        for start in range(0, w.shape[0], ROWS):
-            q = Int8Tensor.from_hp(w[start : start + ROWS], granularity=cfg.granularity)
+        layer.weight = nn.Parameter(int8_rows(lambda a, b: w[a:b], tuple(w.shape)), requires_grad=False)
+    return layer
+
+
+def int8_rows(rows: Callable[[int, int], torch.Tensor], shape: tuple[int, int]) -> torch.Tensor:
+    """torchao's int8 weight (``Int8WeightOnlyConfig``) of an [out, in] weight whose rows ``rows(start,
+    stop)`` gives at full precision, ``ROWS`` at a time, into one preallocated Int8Tensor. Its scales
+    are per row, so the result is torchao's whole-tensor one; but neither the float32 temporaries of
+    ``Int8Tensor.from_hp`` (about 4x the bf16 weight at once) nor, when ``rows`` reads a file, the
+    full-precision weight itself are ever held beyond a chunk."""
+    from torchao.quantization import Int8Tensor
+
+    granularity = _config("int8").granularity
+    parts: dict[str, torch.Tensor] = {}
+    meta: dict = {}
+    dtype = None
+    with _quiet(), torch.no_grad():
+        for start in range(0, shape[0], ROWS):
+            chunk = rows(start, min(start + ROWS, shape[0]))
+            q = Int8Tensor.from_hp(chunk, granularity=granularity)
             names, meta = q.__tensor_flatten__()
+            dtype = chunk.dtype
             for name in names:
                 inner = getattr(q, name)
                 if name not in parts:
-                    parts[name] = inner.new_empty((w.shape[0], *inner.shape[1:]))
+                    parts[name] = inner.new_empty((shape[0], *inner.shape[1:]))
                 parts[name][start : start + inner.shape[0]] = inner
-        meta = {**meta, "block_size": [1, w.shape[1]]}
-        q = Int8Tensor.__tensor_unflatten__(parts, meta, w.shape, None)
-        layer.weight = nn.Parameter(q, requires_grad=False)
-    return layer
+        meta = {**meta, "block_size": [1, shape[1]], "dtype": dtype}
+        return Int8Tensor.__tensor_unflatten__(parts, meta, torch.Size(shape), None)
 
 
 def tensor_bytes(t: torch.Tensor) -> int:

@@ -266,12 +266,14 @@ QUANT_ROWS = 4096  # rows quantized at a time (jacobigen.core.quantize.ROWS)
 def load_transient(shape: Shape, dtype: torch.dtype, quantize: str | None) -> int:
     """Bytes the streaming load (:mod:`jacobigen.models.families.stream`) holds besides the model it
     builds, at its largest: a fused weight's part read from the files; a tensor read at bf16 beside its
-    cast copy; or, quantizing, a linear layer at full precision beside its chunks' float32 temporaries."""
+    cast copy; or, quantizing, a fused weight (q/k/v, gate/up) at full precision beside a chunk's float32
+    temporaries (the other linear layers are quantized a chunk of rows at a time as they are read)."""
     linears = shape.linears()
     widest = max(o * i for o, i, _ in linears)
     part = max(shape.hidden, shape.n_heads * shape.head_dim) * shape.dim * STORED
     cast = max(widest, shape.vocab * shape.dim) * STORED if dtype.itemsize != STORED else 0
-    quant = widest * dtype.itemsize + 4 * QUANT_ROWS * max(i for _, i, _ in linears) * 4 if quantize else 0
+    fused = max(2 * shape.hidden, (shape.n_heads + 2 * shape.kv_heads) * shape.head_dim) * shape.dim
+    quant = fused * dtype.itemsize + 4 * QUANT_ROWS * max(shape.dim, shape.hidden) * 4 if quantize else 0
     return max(part, cast, quant)
 
 

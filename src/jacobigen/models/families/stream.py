@@ -11,6 +11,7 @@ full-precision copy, as vLLM's and transformers' loaders do it.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -20,7 +21,7 @@ from torch import nn
 from ...core.errors import WeightsError
 from ..transformer import NameMap, Transformer, TransformerConfig, _names, check_finite
 
-Fix = Callable[[str, torch.Tensor], torch.Tensor]  # (our key, tensor) -> the tensor our layer takes
+Fix = Callable[[str, torch.Tensor], torch.Tensor]  # (our key, tensor) -> the tensor our layer takes (not linears)
 
 
 DTYPES = {
@@ -79,21 +80,24 @@ class Checkpoint:
             raise WeightsError(f"{self.path / shard} holds no {key} of a known dtype")
         return DTYPES[header[key]["dtype"]], tuple(header[key]["shape"])
 
-    def read_into(self, key: str, out: torch.Tensor) -> torch.Tensor:
-        """Tensor ``key`` into ``out`` (its shape, any dtype; read in place when dtypes agree)."""
+    def read_into(self, key: str, out: torch.Tensor, rows: tuple[int, int] | None = None) -> torch.Tensor:
+        """Tensor ``key`` (or its ``rows`` [start, stop)) into ``out`` (that shape, any dtype; read in
+        place when dtypes agree)."""
         dtype, shape = self.entry(key)
-        if tuple(out.shape) != shape:
+        first, last = rows or (0, shape[0] if shape else 1)
+        want = (last - first, *shape[1:]) if shape else shape
+        if tuple(out.shape) != want:
             raise WeightsError(f"{key} has shape {shape} in {self.path}, the model needs {tuple(out.shape)}")
         dest = out if out.dtype == dtype and out.is_contiguous() and out.device.type == "cpu" else None
-        target = dest if dest is not None else torch.empty(shape, dtype=dtype)
+        target = dest if dest is not None else torch.empty(want, dtype=dtype)
         shard = self.where[key]
         header, start = self.headers[shard]
-        begin, end = header[key]["data_offsets"]
+        row_bytes = math.prod(shape[1:]) * dtype.itemsize
         view = target.view(-1).view(torch.uint8).numpy() if target.numel() else None
         try:
             with open(self.path / shard, "rb") as f:
-                f.seek(start + begin)
-                if view is not None and f.readinto(view) != end - begin:
+                f.seek(start + header[key]["data_offsets"][0] + first * row_bytes)
+                if view is not None and f.readinto(view) != view.nbytes:
                     raise EOFError("the file ends inside the tensor")
         except Exception as e:  # a truncated shard
             raise WeightsError(f"cannot read {key} from {self.path / shard}: {e}") from e
@@ -129,28 +133,35 @@ def fill(
 ) -> None:
     """Fill ``model``'s meta parameters: each ``(our key, their key or keys)`` read, fused (several keys:
     stacked row-wise into one tensor allocated once), fixed, cast, placed, and its linear layer quantized."""
-    from ...core.quantize import quantize_linear
+    from ...core.quantize import int8_rows, quantize_linear, quantized_as
 
     params = dict(model.named_parameters())
     for key, theirs in entries:
         shape = params[key].shape
+        owner = model.get_submodule(key.rpartition(".")[0])
+        linear = isinstance(owner, nn.Linear) and key.endswith("weight")
         if isinstance(theirs, tuple):
             out = torch.empty(shape, dtype=dtype, device=device)
             start = 0
             for part in theirs:
-                rows = source.entry(part)[1][0]
-                if start + rows > shape[0]:
+                n = source.entry(part)[1][0]
+                if start + n > shape[0]:
                     raise WeightsError(f"{', '.join(theirs)} stack to more than the {shape[0]} rows of {key}")
-                source.read_into(part, out[start : start + rows])
-                start += rows
+                source.read_into(part, out[start : start + n])
+                start += n
             if start != shape[0]:
                 raise WeightsError(f"{', '.join(theirs)} stack to {start} rows, {key} needs {shape[0]}")
+        elif quantize == "int8" and linear:  # quantized as its rows are read: never whole at full precision
+
+            def rows(a: int, b: int, name: str = theirs, width: int = shape[1]) -> torch.Tensor:
+                return source.read_into(name, torch.empty(b - a, width, dtype=dtype), (a, b)).to(device)
+
+            out = int8_rows(rows, tuple(shape))
         else:
             out = source.read(theirs)
             out = (fix(key, out) if fix else out).to(device=device, dtype=dtype)
         place(model, key, out, shape)
-        owner = model.get_submodule(key.rpartition(".")[0])
-        if quantize and isinstance(owner, nn.Linear) and key.endswith("weight"):
+        if quantize and linear and quantized_as(owner) is None:
             quantize_linear(owner, quantize)
 
 
