@@ -1,7 +1,8 @@
 """A memory plan before any weight loads: weights, KV cache, decode buffers and activations.
 
-``plan(shape, ...)`` needs only a model's shape (:class:`Shape`: from a config, a named shape in
-:data:`SHAPES`, or a checkpoint's ``config.json``) and the decode's settings; it counts
+``plan(shape, ...)`` needs a model's shape (:class:`Shape`: a named one of :mod:`.shapes`, or the one
+the family's loader builds from a checkpoint's ``config.json``) and the decode's settings; it counts
+the load peak (the weights plus the load's largest transient: :func:`load_transient`) and
 
 - **weights**: every parameter at the model's dtype, the linear layers' at their quantization
   (int8: a byte per weight and 5 bytes per output row, torchao's Int8Tensor; int4: half a byte per
@@ -58,6 +59,7 @@ class Shape:
     prompt_tokens: int = PROMPT_TOKENS
     cfg: bool = True  # guided by default (two model rows per sequence)
     decoder: int = 0  # bytes of the image decoder as loaded, when it is not at the model's dtype (MoVQGAN)
+    streamed: bool | None = None  # streaming load (Janus, Lumina-mGPT 2.0), False: converted from transformers
     note: str = ""
 
     def linears(self) -> list[tuple[int, int, int]]:
@@ -127,13 +129,8 @@ class Plan:
         """Bytes while the weights load: the model as built plus the load's largest transient."""
         return self.weights + self.transient
 
-    @property
-    def working(self) -> int:
-        return self.cache + self.buffers + self.activations
-
-    @property
-    def total(self) -> int:
-        return self.weights + self.working
+    working = property(lambda self: self.cache + self.buffers + self.activations)
+    total = property(lambda self: self.weights + self.working)
 
     @property
     def fits(self) -> bool:
@@ -158,10 +155,9 @@ class Plan:
             f"  activations  {size(self.activations):>10}  (one layer and the logits for the widest block: "
             f"{self.block:,} tokens x {self.rows} rows; an upper estimate)",
         ]
-        out.append(
-            f"  load peak    {size(self.peak_loading):>10}  (the weights + {size(self.transient)} in flight: "
-            f"{'one tensor at bf16 and its layer quantized' if self.quantize else 'one tensor as stored'})"
-        )
+        how = "one tensor at bf16 and its layer quantized" if self.quantize else "one tensor as stored"
+        how = how if self.shape.streamed else "q/k/v and gate/up fused beside transformers' unfused ones"
+        out.append(f"  load peak    {size(self.peak_loading):>10}  (the weights + {size(self.transient)}: {how})")
         if self.free is None:
             out.append(f"  total        {size(self.total):>10}  (free memory on {self.device} unknown)")
         else:
@@ -268,11 +264,16 @@ def load_transient(shape: Shape, dtype: torch.dtype, quantize: str | None) -> in
     builds, at its largest: a fused weight's part read from the files; a tensor read at bf16 beside its
     cast copy; or, quantizing, a fused weight (q/k/v, gate/up) at full precision beside a chunk's float32
     temporaries (the other linear layers are quantized a chunk of rows at a time as they are read)."""
+    fused = max(2 * shape.hidden, (shape.n_heads + 2 * shape.kv_heads) * shape.head_dim) * shape.dim
+    if shape.streamed is None:  # a small model read whole (the embedded ones): nothing planned
+        return 0
+    if not shape.streamed:  # convert.from_hf concatenates q/k/v and gate/up beside transformers' originals
+        both = (2 * shape.hidden + (shape.n_heads + 2 * shape.kv_heads) * shape.head_dim) * shape.dim
+        return shape.n_layers * both * dtype.itemsize
     linears = shape.linears()
     widest = max(o * i for o, i, _ in linears)
     part = max(shape.hidden, shape.n_heads * shape.head_dim) * shape.dim * STORED
     cast = max(widest, shape.vocab * shape.dim) * STORED if dtype.itemsize != STORED else 0
-    fused = max(2 * shape.hidden, (shape.n_heads + 2 * shape.kv_heads) * shape.head_dim) * shape.dim
     quant = fused * dtype.itemsize + 4 * QUANT_ROWS * max(shape.dim, shape.hidden) * 4 if quantize else 0
     return max(part, cast, quant)
 
@@ -323,21 +324,9 @@ def table(shapes: list[Shape], **kwargs) -> str:
 
 def from_config(cfg, name: str, image_tokens: int, **kw) -> Shape:
     """The shape of our decoder (:class:`~jacobigen.models.transformer.TransformerConfig`)."""
-    return Shape(
-        name,
-        cfg.dim,
-        cfg.n_layers,
-        cfg.n_heads,
-        cfg.kv_heads,
-        cfg.head_dim,
-        cfg.hidden_dim,
-        cfg.vocab_size,
-        cfg.vocab_size,
-        tied=cfg.tie_embeddings,
-        qk_norm=cfg.qk_norm is not None,
-        image_tokens=image_tokens,
-        **kw,
-    )
+    c = cfg
+    return Shape(name, c.dim, c.n_layers, c.n_heads, c.kv_heads, c.head_dim, c.hidden_dim, c.vocab_size, c.vocab_size,
+                 tied=c.tie_embeddings, qk_norm=c.qk_norm is not None, image_tokens=image_tokens, **kw)  # fmt: skip
 
 
 def shape_of(spec: str) -> Shape | None:
@@ -404,9 +393,9 @@ def family_shape(spec: str, name: str, folder: Path, size: int) -> Shape:
     else:
         tokens = 1025 if name == "anole" else int(raw.get("vision_config", {}).get("num_image_tokens", 576))
     if name == "lumina2":
-        return from_config(cfg, spec, tokens, decoder=movq_bytes(folder))
+        return from_config(cfg, spec, tokens, decoder=movq_bytes(folder), streamed=True)
     if name != "janus":
-        return from_config(cfg, spec, tokens)
+        return from_config(cfg, spec, tokens, streamed=False)
     from .families.janus import meta_image_parts
 
     cfg = replace(cfg, tie_embeddings=cfg.tie_embeddings or "lm_head.weight" not in Checkpoint(folder))
@@ -419,6 +408,7 @@ def family_shape(spec: str, name: str, folder: Path, size: int) -> Shape:
         head=cfg.vocab_size,
         extra_linear=tuple((m.out_features, m.in_features) for m in linears),
         extra_params=sum(p.numel() for p in parts.parameters()) - sum(m.weight.numel() for m in linears),
+        streamed=True,
     )
 
 
