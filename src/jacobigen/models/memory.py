@@ -156,7 +156,8 @@ class Plan:
             f"{self.block:,} tokens x {self.rows} rows; an upper estimate)",
         ]
         how = "one tensor at bf16 and its layer quantized" if self.quantize else "one tensor as stored"
-        how = how if self.shape.streamed else "q/k/v and gate/up fused beside transformers' unfused ones"
+        late = f"loaded at {str(self.dtype)[6:]}, quantized after; " if self.quantize else ""
+        how = how if self.shape.streamed else late + "q/k/v and gate/up fused beside transformers' unfused ones"
         out.append(f"  load peak    {size(self.peak_loading):>10}  (the weights + {size(self.transient)}: {how})")
         if self.free is None:
             out.append(f"  total        {size(self.total):>10}  (free memory on {self.device} unknown)")
@@ -269,7 +270,8 @@ def load_transient(shape: Shape, dtype: torch.dtype, quantize: str | None) -> in
         return 0
     if not shape.streamed:  # convert.from_hf concatenates q/k/v and gate/up beside transformers' originals
         both = (2 * shape.hidden + (shape.n_heads + 2 * shape.kv_heads) * shape.head_dim) * shape.dim
-        return shape.n_layers * both * dtype.itemsize
+        unquantized = weight_bytes(shape, dtype) - weight_bytes(shape, dtype, quantize) if quantize else 0
+        return shape.n_layers * both * dtype.itemsize + unquantized  # they quantize after loading
     linears = shape.linears()
     widest = max(o * i for o, i, _ in linears)
     part = max(shape.hidden, shape.n_heads * shape.head_dim) * shape.dim * STORED
