@@ -144,7 +144,7 @@ def quantize_linear(layer: nn.Linear, mode: str) -> nn.Linear:
             torchao().quantize_(layer, _config(mode))
             return layer
         w = layer.weight
-        layer.weight = nn.Parameter(int8_rows(lambda a, b: w[a:b], tuple(w.shape)), requires_grad=False)
+        layer.weight = nn.Parameter(int8_rows(lambda a, b: w[a:b], (w.shape[0], w.shape[1])), requires_grad=False)
     return layer
 
 

@@ -360,9 +360,11 @@ def shape_of(spec: str) -> Shape | None:
     path, _, query = path.partition("?")
     from .families.base import require_dir
 
-    folder = require_dir(path, family)  # a missing folder is said here, before any plan
+    if not Path(path).expanduser().exists():  # said here, before any plan
+        require_dir(path, family)
     if name not in ("chameleon", "anole", "janus", "emu3", "lumina2"):
-        return None
+        return None  # LlamaGen and Cosmos files carry no config
+    folder = require_dir(path, family)
     size = int(dict(p.partition("=")[::2] for p in query.split("&") if p).get("size") or 0)
     return family_shape(spec, name, folder, size)
 
