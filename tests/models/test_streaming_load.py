@@ -126,3 +126,14 @@ def test_the_measured_load_peak_is_held_to_the_plan_and_a_copying_loader_is_not(
     assert 0.8 * plan.weights <= ours <= 1.1 * plan.peak_loading, (ours, plan.weights, plan.peak_loading)
     copying = measured_peak(peak_checkpoint, quantize, True, tiny["lumina2"])
     assert copying > 1.1 * plan.peak_loading, (copying, plan.peak_loading)
+
+
+def test_dry_run_of_a_missing_folder_says_it_is_missing(tmp_path):
+    from click.testing import CliRunner
+
+    from jacobigen.cli import main
+
+    missing = tmp_path / "nothing"
+    args = ["generate", "--model", f"lumina-mgpt:{missing}", "a red fox", "--quantize", "int8", "--dry-run"]
+    res = CliRunner().invoke(main, args)
+    assert res.exit_code != 0 and f"{missing} is not a directory" in res.output
