@@ -116,3 +116,20 @@ class CopyWithBaseQ(Copy):
     def draft(self, slots, draws):
         tokens, _ = super().draft(slots, draws)
         return tokens, self.base.draft(slots, draws)[1]
+
+
+def keep_full_copy() -> list:
+    """Loader mutant: the streaming load keeps a copy of every tensor it reads (as a load that builds
+    the whole state dict, or converts beside the originals, does). The load-peak test must fail it."""
+    from jacobigen.models.families import stream
+
+    kept: list = []
+    read = stream.Checkpoint.read
+
+    def reads_and_keeps(self, key, what="the checkpoint"):
+        t = read(self, key, what)
+        kept.append(t.clone())
+        return t
+
+    stream.Checkpoint.read = reads_and_keeps  # type: ignore[method-assign]
+    return kept

@@ -145,7 +145,7 @@ def test_the_7b_plan_holds_half_the_bytes_at_int8_and_about_a_quarter_at_int4():
 
 def test_plan_shrinks_a_default_batch_and_refuses_a_given_one():
     shape = memory.SHAPES["anole-7b"]
-    free = memory.weight_bytes(shape, torch.bfloat16) + 2**33
+    free = memory.plan(shape, device="cuda", free=None).peak_loading + 2**33
     auto = memory.fitting(shape, None, 64, device="cuda", free=free)
     assert auto.fits and 1 < auto.batch < 64
     given = memory.plan(shape, batch=64, device="cuda", free=free)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import warnings
+from collections.abc import Callable
 
 import torch
 from torch import nn
@@ -122,16 +123,56 @@ def quantize_model(model: nn.Module, mode: str | None) -> nn.Module:
     device = next(model.parameters()).device
     check_mode(mode, device)
     done = quantized_as(model)
-    if done == mode:
-        return model
-    if done is not None:
+    if done not in (None, mode):
         raise ConfigError(f"this model is already quantized to {done}; load it again to quantize it to {mode}")
     if mode == "int4" and next(model.parameters()).dtype != torch.bfloat16:
         model.to(torch.bfloat16)
-    layers = {id(m) for _, m in quantizable(model)}
-    with _quiet(), torch.no_grad():
-        torchao().quantize_(model, _config(mode), filter_fn=lambda m, _fqn: id(m) in layers)
+    for _, layer in quantizable(model):  # those a streaming load left (a family's image head), or all
+        if quantized_as(layer) is None:
+            quantize_linear(layer, mode)
     return model
+
+
+ROWS = 4096  # output rows quantized at a time (int8): the float32 temporaries stay ~64 MB at width 4096
+
+
+def quantize_linear(layer: nn.Linear, mode: str) -> nn.Linear:
+    """One linear layer's weight quantized in place, as a streaming load does right after filling it
+    (int8: :func:`int8_rows` over the weight's rows)."""
+    with _quiet(), torch.no_grad():
+        if mode != "int8":
+            torchao().quantize_(layer, _config(mode))
+            return layer
+        w = layer.weight
+        layer.weight = nn.Parameter(int8_rows(lambda a, b: w[a:b], (w.shape[0], w.shape[1])), requires_grad=False)
+    return layer
+
+
+def int8_rows(rows: Callable[[int, int], torch.Tensor], shape: tuple[int, int]) -> torch.Tensor:
+    """torchao's int8 weight (``Int8WeightOnlyConfig``) of an [out, in] weight whose rows ``rows(start,
+    stop)`` gives at full precision, ``ROWS`` at a time, into one preallocated Int8Tensor. Its scales
+    are per row, so the result is torchao's whole-tensor one; but neither the float32 temporaries of
+    ``Int8Tensor.from_hp`` (about 4x the bf16 weight at once) nor, when ``rows`` reads a file, the
+    full-precision weight itself are ever held beyond a chunk."""
+    from torchao.quantization import Int8Tensor
+
+    granularity = _config("int8").granularity
+    parts: dict[str, torch.Tensor] = {}
+    meta: dict = {}
+    dtype = None
+    with _quiet(), torch.no_grad():
+        for start in range(0, shape[0], ROWS):
+            chunk = rows(start, min(start + ROWS, shape[0]))
+            q = Int8Tensor.from_hp(chunk, granularity=granularity)
+            names, meta = q.__tensor_flatten__()
+            dtype = chunk.dtype
+            for name in names:
+                inner = getattr(q, name)
+                if name not in parts:
+                    parts[name] = inner.new_empty((shape[0], *inner.shape[1:]))
+                parts[name][start : start + inner.shape[0]] = inner
+        meta = {**meta, "block_size": [1, shape[1]], "dtype": dtype}
+        return Int8Tensor.__tensor_unflatten__(parts, meta, torch.Size(shape), None)
 
 
 def tensor_bytes(t: torch.Tensor) -> int:

@@ -301,16 +301,17 @@ def load_bundle(
     ``device=None`` picks CUDA when available; an unavailable device is a :class:`ConfigError`.
     ``trust_checkpoint`` lets a family read pickled checkpoints that hold Python objects
     (unpickling them can run code). ``quantize`` (``"int8"``, or ``"int4"`` on CUDA) quantizes the
-    model's linear weights after loading (:mod:`jacobigen.core.quantize`; checked before loading):
-    the bundle then samples the quantized model's distribution. ``dtype`` (``"float32"``,
-    ``"bfloat16"``, ``"float16"``; None: :func:`default_dtype`) is the model's: the bundle samples
-    that model's distribution, and lossless methods sample it exactly (``bundle.dtype`` says which)."""
+    model's linear weights (:mod:`jacobigen.core.quantize`; checked before loading; a family with a
+    streaming load quantizes each layer as it is filled, the others after loading): the bundle then
+    samples the quantized model's distribution. ``dtype`` (``"float32"``, ``"bfloat16"``,
+    ``"float16"``; None: :func:`default_dtype`) is the model's: the bundle samples that model's
+    distribution, and lossless methods sample it exactly (``bundle.dtype`` says which)."""
     if not isinstance(spec, str):
         raise ConfigError(f"model must be a spec string such as 'default' or 'chameleon:DIR', got {spec!r}")
     device = resolve_device(device)
     check_mode(quantize, device)
     dtype = check_dtype(dtype, quantize) or default_dtype(spec, device)
-    bundle = _load(spec, device, trust_checkpoint, dtype)
+    bundle = _load(spec, device, trust_checkpoint, dtype, quantize)
     quantize_model(bundle.model, quantize)  # type: ignore[arg-type]
     return bundle
 
@@ -327,7 +328,9 @@ def check_spec(spec: str) -> str:
     return spec
 
 
-def _load(spec: str, device: str, trust_checkpoint: bool, dtype: torch.dtype) -> ModelBundle:
+def _load(
+    spec: str, device: str, trust_checkpoint: bool, dtype: torch.dtype, quantize: str | None = None
+) -> ModelBundle:
     if spec == "random":
         return random_bundle(device=device, dtype=dtype)
     if spec == "random-video":
@@ -344,7 +347,7 @@ def _load(spec: str, device: str, trust_checkpoint: bool, dtype: torch.dtype) ->
     from .families import FAMILIES, load_family
 
     if family.lower() in FAMILIES and path:
-        return load_family(family, path, device, trust_checkpoint, dtype)
+        return load_family(family, path, device, trust_checkpoint, dtype, quantize)
     raise ConfigError(
         f"unknown model {spec!r}: use 'default', 'emoji:DIR', 'random', 'random-video' or "
         f"FAMILY:PATH with FAMILY one of {', '.join(sorted(FAMILIES))}"

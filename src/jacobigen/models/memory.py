@@ -1,7 +1,8 @@
 """A memory plan before any weight loads: weights, KV cache, decode buffers and activations.
 
-``plan(shape, ...)`` needs only a model's shape (:class:`Shape`: from a config, a named shape in
-:data:`SHAPES`, or a checkpoint's ``config.json``) and the decode's settings; it counts
+``plan(shape, ...)`` needs a model's shape (:class:`Shape`: a named one of :mod:`.shapes`, or the one
+the family's loader builds from a checkpoint's ``config.json``) and the decode's settings; it counts
+the load peak (the weights plus the load's largest transient: :func:`load_transient`) and
 
 - **weights**: every parameter at the model's dtype, the linear layers' at their quantization
   (int8: a byte per weight and 5 bytes per output row, torchao's Int8Tensor; int4: half a byte per
@@ -29,7 +30,7 @@ from pathlib import Path
 import torch
 
 from ..core.cache import cache_slots
-from ..core.errors import ConfigError
+from ..core.errors import ConfigError, WeightsError
 from ..core.limits import BUDGET, MEMORY_ENV, PER_SLOT, free_memory, size
 
 PROMPT_TOKENS = 64  # a text prompt's tokens when no prompt is given (the families' templates hold 20-40)
@@ -57,6 +58,8 @@ class Shape:
     image_tokens: int = 0  # the layout's tokens at the default size, structural ones included
     prompt_tokens: int = PROMPT_TOKENS
     cfg: bool = True  # guided by default (two model rows per sequence)
+    decoder: int = 0  # bytes of the image decoder as loaded, when it is not at the model's dtype (MoVQGAN)
+    streamed: bool | None = None  # streaming load (Janus, Lumina-mGPT 2.0), False: converted from transformers
     note: str = ""
 
     def linears(self) -> list[tuple[int, int, int]]:
@@ -99,7 +102,7 @@ def weight_bytes(shape: Shape, dtype: torch.dtype, quantize: str | None = None) 
     if quantize == "int4":
         dtype = torch.bfloat16
     linear = sum(n * linear_bytes(o, i, dtype, quantize) for o, i, n in shape.linears())
-    return linear + shape.other_params() * dtype.itemsize
+    return linear + shape.other_params() * dtype.itemsize + shape.decoder
 
 
 @dataclass(frozen=True)
@@ -119,7 +122,7 @@ class Plan:
     activations: int
     block: int  # tokens of the widest block (the activations' size)
     free: int | None  # bytes free on the device (None: unknown)
-    loading: int = 0  # the weights at the model's dtype: they load so, then are quantized
+    transient: int = 0  # what the streaming load holds besides the model at its peak (load_transient)
 
     @property
     def load_dtype(self) -> torch.dtype:
@@ -128,17 +131,11 @@ class Plan:
 
     @property
     def peak_loading(self) -> int:
-        """Bytes while the weights load: at their dtype before quantization (the widest layer's
-        quantized copy besides them is small enough to leave out)."""
-        return max(self.loading, self.weights)
+        """Bytes while the weights load: the model as built plus the load's largest transient."""
+        return self.weights + self.transient
 
-    @property
-    def working(self) -> int:
-        return self.cache + self.buffers + self.activations
-
-    @property
-    def total(self) -> int:
-        return self.weights + self.working
+    working = property(lambda self: self.cache + self.buffers + self.activations)
+    total = property(lambda self: self.weights + self.working)
 
     @property
     def fits(self) -> bool:
@@ -163,11 +160,10 @@ class Plan:
             f"  activations  {size(self.activations):>10}  (one layer and the logits for the widest block: "
             f"{self.block:,} tokens x {self.rows} rows; an upper estimate)",
         ]
-        if self.quantize:
-            out.append(
-                f"  loading      {size(self.peak_loading):>10}  (the weights load at "
-                f"{str(self.load_dtype)[6:]}, then are quantized)"
-            )
+        how = "one tensor at bf16 and its layer quantized" if self.quantize else "one tensor as stored"
+        late = f"loaded at {str(self.load_dtype)[6:]}, quantized after; " if self.quantize else ""
+        how = how if self.shape.streamed else late + "q/k/v and gate/up fused beside transformers' unfused ones"
+        out.append(f"  load peak    {size(self.peak_loading):>10}  (the weights + {size(self.transient)}: {how})")
         if self.free is None:
             out.append(
                 f"  total        {size(self.total):>10}  (free memory on {self.device} unknown: set "
@@ -189,13 +185,10 @@ class Plan:
     def refusal(self) -> str:
         """The one-line error for a plan that does not fit, with its figures and what to change."""
         if self.free is not None and self.peak_loading > self.free:
-            loads = f"its weights load at {str(self.load_dtype)[6:]} ({size(self.peak_loading)})"
-            if self.quantize:
-                loads += " before they are quantized"
-            why = " (quantizing while loading is not done yet)" if self.quantize else ""
             return (
-                f"{self.shape.name} does not fit on {self.device}: {loads}, and {size(self.free)} is free{why}; "
-                "a machine with more memory is needed"
+                f"{self.shape.name} does not fit on {self.device}: its load peaks at {size(self.peak_loading)} "
+                f"(the weights and one tensor in flight), and {size(self.free)} is free; try "
+                f"{'--quantize int8 or ' if self.quantize is None else ''}a machine with more memory"
             )
         hints = []
         if self.quantize is None:
@@ -267,8 +260,32 @@ def plan(
         activations,
         block,
         measured if isinstance(measured, int) else None,
-        weight_bytes(shape, act),
+        load_transient(shape, act, quantize),
     )
+
+
+STORED = 2  # bytes per weight in the files: the releases are bf16
+QUANT_ROWS = 4096  # rows quantized at a time (jacobigen.core.quantize.ROWS)
+
+
+def load_transient(shape: Shape, dtype: torch.dtype, quantize: str | None) -> int:
+    """Bytes the streaming load (:mod:`jacobigen.models.families.stream`) holds besides the model it
+    builds, at its largest: a fused weight's part read from the files; a tensor read at bf16 beside its
+    cast copy; or, quantizing, a fused weight (q/k/v, gate/up) at full precision beside a chunk's float32
+    temporaries (the other linear layers are quantized a chunk of rows at a time as they are read)."""
+    fused = max(2 * shape.hidden, (shape.n_heads + 2 * shape.kv_heads) * shape.head_dim) * shape.dim
+    if shape.streamed is None:  # a small model read whole (the embedded ones): nothing planned
+        return 0
+    if not shape.streamed:  # convert.from_hf concatenates q/k/v and gate/up beside transformers' originals
+        both = (2 * shape.hidden + (shape.n_heads + 2 * shape.kv_heads) * shape.head_dim) * shape.dim
+        unquantized = weight_bytes(shape, dtype) - weight_bytes(shape, dtype, quantize) if quantize else 0
+        return shape.n_layers * both * dtype.itemsize + unquantized  # they quantize after loading
+    linears = shape.linears()
+    widest = max(o * i for o, i, _ in linears)
+    part = max(shape.hidden, shape.n_heads * shape.head_dim) * shape.dim * STORED
+    cast = max(widest, shape.vocab * shape.dim) * STORED if dtype.itemsize != STORED else 0
+    quant = fused * dtype.itemsize + 4 * QUANT_ROWS * max(shape.dim, shape.hidden) * 4 if quantize else 0
+    return max(part, cast, quant)
 
 
 def fitting(shape: Shape, batch: int | None, wanted: int, **kwargs) -> Plan:
@@ -317,96 +334,9 @@ def table(shapes: list[Shape], **kwargs) -> str:
 
 def from_config(cfg, name: str, image_tokens: int, **kw) -> Shape:
     """The shape of our decoder (:class:`~jacobigen.models.transformer.TransformerConfig`)."""
-    return Shape(
-        name,
-        cfg.dim,
-        cfg.n_layers,
-        cfg.n_heads,
-        cfg.kv_heads,
-        cfg.head_dim,
-        cfg.hidden_dim,
-        cfg.vocab_size,
-        cfg.vocab_size,
-        tied=cfg.tie_embeddings,
-        qk_norm=cfg.qk_norm is not None,
-        image_tokens=image_tokens,
-        **kw,
-    )
-
-
-def _llama(name, dim, layers, heads, kv, hidden, vocab, image, **kw) -> Shape:
-    return Shape(
-        name, dim, layers, heads, kv, dim // heads, hidden, vocab, kw.pop("logits", vocab), image_tokens=image, **kw
-    )
-
-
-def _janus(name: str, dim: int, layers: int, heads: int, hidden: int) -> Shape:
-    # the language model with its text head (held, unused); image side: generation_embeddings
-    # [16384, 8], generation_aligner 8 -> dim -> dim, generation_head dim -> dim -> 16384; logits
-    # cover text and image ids; 24 x 24 codes, no end-of-line tokens
-    codes = 16384
-    return _llama(
-        name, dim, layers, heads, heads, hidden, 102400, 576, logits=102400 + codes, head=102400,
-        extra_linear=((dim, 8), (dim, dim), (dim, dim), (codes, dim)), extra_params=codes * 8,
-        note=f"Janus-Pro-{name.split('-')[-1].upper()}: 384 px, 24 x 24 codes",
-    )  # fmt: skip
-
-
-def _lumina_side(side: int) -> int:
-    g = side // 16
-    return g * (g + 1) + 1  # rows of 2 tokens per 32 px, each with its end-of-line, then end-of-image
-
-
-def _llamagen(name: str, dim: int, layers: int, heads: int, grid: int) -> Shape:
-    hidden = -(-int(2 * 4 * dim / 3) // 256) * 256
-    return _llama(
-        name,
-        dim,
-        layers,
-        heads,
-        heads,
-        hidden,
-        16384 + 1001,
-        grid * grid,
-        logits=16384 + 1001,
-        head=16384,
-        prompt_tokens=1,
-        note=f"LlamaGen c2i GPT-{name.split('-')[1].upper()}, {grid * 16} px: {grid} x {grid} codes",
-    )  # class ids follow the codes in our id space (1000 classes + the null label)
-
-
-SHAPES: dict[str, Shape] = {
-    s.name: s
-    for s in [
-        _llama("lumina-mgpt-7b", 4096, 32, 32, 32, 11008, 65536, _lumina_side(768), qk_norm=True,
-               note="Lumina-mGPT-7B-768 (Chameleon-7B's stack), 768 px: 48 x 48 codes + end-of-line tokens"),
-        _llama("lumina-mgpt-7b-1024", 4096, 32, 32, 32, 11008, 65536, _lumina_side(1024), qk_norm=True,
-               note="Lumina-mGPT-7B-1024, 1024 px"),
-        _llama("lumina-mgpt-34b", 8192, 48, 64, 8, 22016, 65536, _lumina_side(512), qk_norm=True,
-               note="Lumina-mGPT-34B-512 (Chameleon-34B's stack), 512 px"),
-        _llama("anole-7b", 4096, 32, 32, 32, 11008, 65536, 1025, qk_norm=True,
-               note="Anole-7b: 32 x 32 codes, no end-of-line tokens"),
-        _janus("janus-pro-7b", 4096, 30, 32, 11008),
-        _janus("janus-pro-1b", 2048, 24, 16, 5632),
-        _llama("emu3-gen", 4096, 32, 32, 8, 14336, 184622, 90 * 91 + 1,
-               note="Emu3-Gen (8B), 720 px: 90 x 90 codes + end-of-line tokens"),
-        _llamagen("llamagen-xl-384", 1280, 36, 20, 24),
-        _llamagen("llamagen-3b-384", 3200, 24, 32, 24),
-        _llama("cosmos-4b", 4096, 16, 32, 8, 14336, 64000, 7680, qk_norm=True, cfg=False, prompt_tokens=5120,
-               note="Cosmos-1.0-Autoregressive-4B: 2 latent frames of 40 x 64 given, 3 sampled"),
-        _llama("cosmos-12b", 5120, 40, 32, 8, 14336, 64000, 7680, qk_norm=True, cfg=False, prompt_tokens=5120,
-               note="Cosmos-1.0-Autoregressive-12B"),
-    ]
-}  # fmt: skip
-# the head_dim of Cosmos-12B is 128 (32 heads of 128 over a width of 5120)
-SHAPES["cosmos-12b"] = replace(SHAPES["cosmos-12b"], head_dim=128)
-
-
-def named(name: str) -> Shape:
-    try:
-        return SHAPES[name]
-    except KeyError:
-        raise ConfigError(f"unknown shape {name!r}: use one of {', '.join(SHAPES)}") from None
+    c = cfg
+    return Shape(name, c.dim, c.n_layers, c.n_heads, c.kv_heads, c.head_dim, c.hidden_dim, c.vocab_size, c.vocab_size,
+                 tied=c.tie_embeddings, qk_norm=c.qk_norm is not None, image_tokens=image_tokens, **kw)  # fmt: skip
 
 
 def shape_of(spec: str) -> Shape | None:
@@ -433,53 +363,78 @@ def shape_of(spec: str) -> Shape | None:
 
     family, _, path = spec.partition(":")
     name = FAMILIES.get(family.lower())
-    if name not in ("chameleon", "anole", "janus", "emu3", "lumina2") or not path:
+    if name is None or not path:
         return None
     path, _, query = path.partition("?")
-    config = Path(path).expanduser() / "config.json"
+    from .families.base import require_dir
+
+    if not Path(path).expanduser().exists():  # said here, before any plan
+        require_dir(path, family)
+    if name not in ("chameleon", "anole", "janus", "emu3", "lumina2"):
+        return None  # LlamaGen and Cosmos files carry no config
+    folder = require_dir(path, family)
+    size = int(dict(p.partition("=")[::2] for p in query.split("&") if p).get("size") or 0)
+    return family_shape(spec, name, folder, size)
+
+
+def family_shape(spec: str, name: str, folder: Path, size: int) -> Shape:
+    """The shape of the model the family's loader builds from ``folder``: its decoder config through
+    the loaders' own parser (a config our decoder cannot build is a ConfigError), Janus' image parts
+    as the meta-device model its streaming load fills, Lumina-mGPT 2.0's MoVQGAN at float32."""
+    from .families.lumina2 import config_from_json
+    from .families.stream import Checkpoint
+    from .transformer import check_config
+
+    config = folder / "config.json"
     if not config.is_file():
-        return None
+        raise WeightsError(f"{folder} has no config.json: is it a {name} checkpoint folder?")
     try:
-        cfg = json.loads(config.read_text())
-    except (OSError, ValueError):
-        return None
-    text = cfg.get("text_config", cfg) if name in ("janus", "emu3") else cfg
-    query_size = dict(p.partition("=")[::2] for p in query.split("&") if p).get("size")
+        raw = json.loads(config.read_text())
+    except ValueError as e:
+        raise WeightsError(f"{config} is not JSON: {e}") from None
+    cfg = config_from_json(raw.get("text_config", raw) if name in ("janus", "emu3") else raw, str(config))
+    cfg = replace(cfg, qk_norm=None if name in ("janus", "emu3") else cfg.qk_norm)
+    check_config(cfg)
     if name == "chameleon":
         from .families.chameleon import size_from_name
 
-        side = int(query_size or 0) or size_from_name(Path(path).expanduser()) or 768
-        tokens = _lumina_side(side)
-    elif name == "anole":
-        tokens = 1025
-    elif name == "lumina2":  # 8 px per code, an end-of-line token per row
-        g = int(query_size or 768) // 8
-        tokens = g * (g + 1) + 1
-    elif name == "emu3":
-        g = int(query_size or 720) // 8
+        tokens = _lumina_side(size or size_from_name(folder) or 768)
+    elif name in ("lumina2", "emu3"):  # 8 px per code, an end-of-line token per row
+        g = (size or (768 if name == "lumina2" else 720)) // 8
         tokens = g * (g + 1) + 1
     else:
-        tokens = int(cfg.get("num_image_tokens", 576))
-    try:
-        heads = int(text["num_attention_heads"])
-        dim = int(text["hidden_size"])
-        vocab = int(text["vocab_size"])
-        return Shape(
-            spec,
-            dim,
-            int(text["num_hidden_layers"]),
-            heads,
-            int(text.get("num_key_value_heads") or heads),
-            int(text.get("head_dim") or dim // heads),
-            int(text["intermediate_size"]),
-            vocab,
-            vocab,
-            tied=bool(text.get("tie_word_embeddings", False)),
-            qk_norm=name in ("chameleon", "anole", "lumina2"),
-            image_tokens=tokens,
-        )
-    except (KeyError, TypeError, ValueError):
-        return None
+        tokens = 1025 if name == "anole" else int(raw.get("vision_config", {}).get("num_image_tokens", 576))
+    if name == "lumina2":
+        return from_config(cfg, spec, tokens, decoder=movq_bytes(folder), streamed=True)
+    if name != "janus":
+        return from_config(cfg, spec, tokens, streamed=False)
+    from .families.janus import meta_image_parts
+
+    cfg = replace(cfg, tie_embeddings=cfg.tie_embeddings or "lm_head.weight" not in Checkpoint(folder))
+    parts = meta_image_parts(folder).model
+    linears = [m for m in parts.modules() if isinstance(m, torch.nn.Linear)]
+    codes = parts.vqmodel.config.num_embeddings
+    return replace(
+        from_config(cfg, spec, tokens),
+        logits=cfg.vocab_size + codes,
+        head=cfg.vocab_size,
+        extra_linear=tuple((m.out_features, m.in_features) for m in linears),
+        extra_params=sum(p.numel() for p in parts.parameters()) - sum(m.weight.numel() for m in linears),
+        streamed=True,
+    )
+
+
+def movq_bytes(folder: Path) -> int:
+    """Bytes of the MoVQGAN decoder the Lumina-mGPT 2.0 loader keeps (float32), read from the mapped file."""
+    from .families.lumina2 import find_movqgan
+    from .movqgan import DECODER_KEYS
+
+    ckpt = find_movqgan(folder)
+    if ckpt is None:
+        return 0
+    state = torch.load(str(ckpt), map_location="cpu", weights_only=True, mmap=True)
+    state = state.get("state_dict", state)
+    return sum(v.numel() * 4 for k, v in state.items() if k.startswith(DECODER_KEYS))
 
 
 def _safetensors_config(path: Path):
@@ -493,3 +448,6 @@ def _safetensors_config(path: Path):
             return TransformerConfig(**json.loads(f.metadata()["config"]))
     except Exception:
         return None
+
+
+from .shapes import SHAPES, _lumina_side, named  # noqa: E402, F401  (the named shapes build on Shape above)

@@ -219,10 +219,11 @@ def load_movqgan(path: str | Path, device: str = "cpu", trust_checkpoint: bool =
     if not isinstance(state, dict):
         raise WeightsError(f"{path} is not a MoVQGAN state dict")
     ours = {k: v for k, v in state.items() if k.startswith(DECODER_KEYS)}
-    model = MoVQDecoder(config_from_state(ours, str(path)))
+    with torch.device("meta"):  # the mapped file's tensors become the weights: no second copy
+        model = MoVQDecoder(config_from_state(ours, str(path)))
     try:
-        model.load_state_dict(ours)
+        model.load_state_dict(ours, assign=True)
     except RuntimeError as e:
         raise WeightsError(f"{path} does not hold a MoVQGAN decoder of one shape: {e}") from e
     check_finite(ours, path)
-    return model.to(device).eval()
+    return model.float().to(device).eval()

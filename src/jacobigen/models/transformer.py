@@ -73,6 +73,11 @@ QK_NORMS = (None, "chameleon", "rms")
 
 
 def check_config(cfg: TransformerConfig) -> None:
+    sizes = {"vocab_size": cfg.vocab_size, "dim": cfg.dim, "n_layers": cfg.n_layers, "n_heads": cfg.n_heads}
+    sizes.update(kv_heads=cfg.kv_heads, hidden_dim=cfg.hidden_dim, head_dim=cfg.head_size or 1)
+    bad = [f"{k}={v!r}" for k, v in sizes.items() if not isinstance(v, int) or v <= 0]
+    if bad:
+        raise ConfigError(f"a model with {', '.join(bad)}: every size must be a positive whole number")
     if (cfg.head_size is None and cfg.dim % cfg.n_heads) or cfg.head_dim % 2:
         raise ConfigError(f"dim {cfg.dim} must split into {cfg.n_heads} heads of even size")
     if cfg.n_heads % cfg.kv_heads:

@@ -31,13 +31,21 @@ FAMILIES = {
 OPTIONS = {"size": "image side in pixels"}
 
 
-def load_family(family: str, path: str, device: str | None = None, trust_checkpoint: bool = False, dtype=None):
+def load_family(
+    family: str,
+    path: str,
+    device: str | None = None,
+    trust_checkpoint: bool = False,
+    dtype=None,
+    quantize: str | None = None,
+):
     """Pipeline for a checkpoint of one family; weights are never downloaded.
     ``device`` None: the GPU when there is one. ``path`` may end in ``?size=512`` (image side in
     pixels, for the families whose resolution is a choice or not stored: chameleon, lumina2, emu3,
     llamagen).
     ``trust_checkpoint`` lets pickled checkpoints that hold Python objects load (they can run code).
-    ``dtype``: the model's (a torch dtype; None: bfloat16, as the checkpoints are released)."""
+    ``dtype``: the model's (a torch dtype; None: bfloat16, as the checkpoints are released).
+    ``quantize`` goes to the families whose streaming load quantizes each layer as it is filled."""
     from ...core.contract import default_device
 
     name = FAMILIES.get(family.lower())
@@ -58,6 +66,8 @@ def load_family(family: str, path: str, device: str | None = None, trust_checkpo
         if "trust_checkpoint" in inspect.signature(load).parameters:  # families that unpickle anything
             options["trust_checkpoint"] = trust_checkpoint
         options["dtype"] = dtype
+        if quantize and "quantize" in inspect.signature(load).parameters:
+            options["quantize"] = quantize
         return load(path, device or default_device(), **options)
 
 

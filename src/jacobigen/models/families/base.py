@@ -127,7 +127,12 @@ def read_checkpoint(path: Path, what: str, trust: bool = False):
     Python objects (LlamaGen's training scripts store their ``argparse.Namespace``) can run code
     when unpickled, so it loads only with ``trust`` (``--trust-checkpoint``)."""
     try:
-        return torch.load(str(path), map_location="cpu", weights_only=not trust)
+        try:  # memory-mapped: a tensor is read when it is used, and what is not used never is
+            return torch.load(str(path), map_location="cpu", weights_only=not trust, mmap=True)
+        except RuntimeError as e:  # a file in torch's legacy (pre-zip) format cannot be mapped
+            if "mmap" not in str(e):
+                raise
+            return torch.load(str(path), map_location="cpu", weights_only=not trust)
     except OSError as e:  # missing, a folder, no permission: the file itself may be fine
         raise WeightsError(f"cannot read {what} weights {path}: {e.strerror or e}") from e
     except Exception as e:

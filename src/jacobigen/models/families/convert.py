@@ -51,10 +51,19 @@ def stack_of(hf) -> tuple[str, object]:
 
 
 def config_from_hf(hf) -> TransformerConfig:
-    """Our config for the decoder stack of ``hf``; whatever our decoder does not compute (a bias, another
-    activation, RoPE scaling) is refused by name rather than silently computed differently."""
-    _, tc = stack_of(hf)
+    """Our config for the decoder stack of ``hf`` (see :func:`config_from_text`)."""
+    return config_from_text(stack_of(hf)[1], type(hf).__name__)
+
+
+def config_from_text(tc, name: str) -> TransformerConfig:
+    """Our config for a transformers decoder-stack config ``tc`` of class ``name``; whatever our decoder
+    does not compute (a bias, another activation, RoPE scaling) is refused by name rather than silently
+    computed differently, and a shape that cannot be built (no heads, a negative width) is a ConfigError."""
     heads = tc.num_attention_heads
+    sizes = {k: getattr(tc, k) for k in ("hidden_size", "num_hidden_layers", "intermediate_size", "vocab_size")}
+    bad_sizes = [f"{k}={v!r}" for k, v in {**sizes, "num_attention_heads": heads}.items() if not v or v < 0]
+    if bad_sizes:
+        raise ConfigError(f"{name} config with {', '.join(bad_sizes)}: every size must be a positive number")
     refused = {
         "hidden_act": tc.hidden_act != "silu",
         "attention_bias": bool(getattr(tc, "attention_bias", False)),
@@ -64,11 +73,11 @@ def config_from_hf(hf) -> TransformerConfig:
     bad = [name for name, is_bad in refused.items() if is_bad]
     if bad:
         values = ", ".join(f"{name}={getattr(tc, name)!r}" for name in bad)
-        raise ConfigError(f"{type(hf).__name__} with {values}: our decoder does not compute that")
+        raise ConfigError(f"{name} with {values}: our decoder does not compute that")
     rope = getattr(tc, "rope_parameters", None) or {}
     kind = rope.get("rope_type", "default")
     if kind != "default":
-        raise ConfigError(f"{type(hf).__name__} uses RoPE scaling of type {kind!r}: our decoder has plain RoPE only")
+        raise ConfigError(f"{name} uses RoPE scaling of type {kind!r}: our decoder has plain RoPE only")
     return TransformerConfig(
         vocab_size=tc.vocab_size,
         dim=tc.hidden_size,
@@ -79,7 +88,7 @@ def config_from_hf(hf) -> TransformerConfig:
         rope_theta=float(rope.get("rope_theta", 10000.0)),
         norm_eps=tc.rms_norm_eps,
         n_kv_heads=getattr(tc, "num_key_value_heads", None) or heads,
-        qk_norm="chameleon" if type(hf).__name__.startswith("Chameleon") else None,
+        qk_norm="chameleon" if name.startswith("Chameleon") else None,
         swin_norm=bool(getattr(tc, "swin_norm", False)),
     )
 

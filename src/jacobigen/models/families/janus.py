@@ -16,16 +16,19 @@ depends on the prompt.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import torch
 from torch import nn
 
 from ...core.cache import KVCache
+from ...core.errors import WeightsError
 from ...core.layout import ImageLayout
 from ..bundle import ModelBundle, rows_encoder
-from .base import HFAdapter, load_hf, load_tokenizer, require_dir, to_pil, token_id, use_ours
-from .convert import from_hf
+from .base import HFAdapter, default_dtype, load_hf, load_tokenizer, require_dir, to_pil, token_id, use_ours
+from .convert import HEAD, STACKS, config_from_text, from_hf, hf_names
+from .stream import Checkpoint, stream_decoder, stream_module
 
 PROMPT = "<|User|>: {text}\n\n<|Assistant|>:"
 IMAGE_START = "<begin_of_image>"
@@ -59,11 +62,12 @@ class JanusImageModel(nn.Module):
         return torch.cat([pad, logits], dim=-1).float()
 
 
-def janus_adapter(hf, backend: str = "ours", release: bool = False) -> nn.Module:
+def janus_adapter(hf, backend: str = "ours", release: bool = False, backbone=None) -> nn.Module:
     """``hf``: a JanusForConditionalGeneration; ids >= text vocab are image codes.
-    ``release``: our decoder only, drop transformers' copy of the layers (see :func:`.convert.from_hf`)."""
+    ``release``: our decoder only, drop transformers' copy of the layers (see :func:`.convert.from_hf`).
+    ``backbone``: our decoder already loaded (the streaming load), instead of converting ``hf``'s."""
     if use_ours(backend):
-        return JanusImageModel(hf, from_hf(hf, release))
+        return JanusImageModel(hf, backbone if backbone is not None else from_hf(hf, release))
     m = hf.model
     n_text = hf.config.text_config.vocab_size
     codes = m.vqmodel.config.num_embeddings
@@ -90,8 +94,8 @@ def janus_adapter(hf, backend: str = "ours", release: bool = False) -> nn.Module
     )
 
 
-def janus_pipeline(hf, tokenizer, backend: str = "ours", release: bool = False) -> ModelBundle:
-    """``backend`` and ``release`` as in :func:`janus_adapter`."""
+def janus_pipeline(hf, tokenizer, backend: str = "ours", release: bool = False, backbone=None) -> ModelBundle:
+    """``backend``, ``release`` and ``backbone`` as in :func:`janus_adapter`."""
     n_text = hf.config.text_config.vocab_size
     codes = hf.model.vqmodel.config.num_embeddings
     side = math.isqrt(hf.config.vision_config.num_image_tokens)
@@ -119,15 +123,72 @@ def janus_pipeline(hf, tokenizer, backend: str = "ours", release: bool = False) 
             return to_pil(vq.decode(codes_))
 
     return ModelBundle(
-        "janus", janus_adapter(hf, backend, release), layout, rows_encoder(encode, uncond_for), decode, dict(DEFAULTS)
+        "janus",
+        janus_adapter(hf, backend, release, backbone),
+        layout,
+        rows_encoder(encode, uncond_for),
+        decode,
+        dict(DEFAULTS),
     )
 
 
-def load(path: str | Path, device: str = "cpu", backend: str = "ours", dtype: torch.dtype | None = None) -> ModelBundle:
-    """``backend``: see :mod:`.base`; with ours, transformers' decoder layers are dropped after conversion."""
+IMAGE_PARTS = ("vqmodel", "generation_embeddings", "generation_aligner", "generation_head")
+
+
+def meta_image_parts(path: Path):
+    """JanusForConditionalGeneration on the meta device with only what image generation runs besides
+    the language model: the VQ model and the generation embedding, aligner and head. The vision encoder
+    and aligner (image understanding) and transformers' language model are dropped. The memory plan
+    counts this model too."""
+    from transformers import JanusConfig, JanusForConditionalGeneration
+
+    try:
+        config = JanusConfig.from_pretrained(str(path), local_files_only=True)
+    except Exception as e:
+        raise WeightsError(f"cannot read the Janus config in {path}: {e}") from e
+    with torch.device("meta"):
+        hf = JanusForConditionalGeneration(config)
+    for name in ("vision_model", "aligner", "language_model"):
+        delattr(hf.model, name)
+    del hf.lm_head
+    return hf
+
+
+def image_parts(path: Path, dtype: torch.dtype, device: str, source: Checkpoint):
+    """:func:`meta_image_parts` streamed from ``source``, with the release's generation config."""
+    from transformers import GenerationConfig
+
+    hf = meta_image_parts(path)
+    for name in IMAGE_PARTS:
+        stream_module(getattr(hf.model, name), f"model.{name}.", source, dtype, device)
+    if (path / "generation_config.json").is_file():
+        hf.generation_config = GenerationConfig.from_pretrained(str(path), local_files_only=True)
+    return hf.eval()
+
+
+def load(
+    path: str | Path,
+    device: str = "cpu",
+    backend: str = "ours",
+    dtype: torch.dtype | None = None,
+    quantize: str | None = None,
+) -> ModelBundle:
+    """``backend``: see :mod:`.base`. Ours streams (:mod:`.stream`): the language model into our decoder,
+    each linear quantized to ``quantize`` as it is filled, and only the image parts of transformers'
+    model; ``backend="transformers"`` loads transformers' whole model (``dtype``: default
+    :func:`.base.default_dtype`)."""
     from transformers import JanusForConditionalGeneration
 
     use_ours(backend)  # refuse a bad name before loading gigabytes
     path = require_dir(path, "Janus")
-    hf = load_hf(JanusForConditionalGeneration, path, "Janus", device, dtype)
-    return janus_pipeline(hf, load_tokenizer(path, "Janus"), backend, release=True)
+    tokenizer = load_tokenizer(path, "Janus")
+    dtype = dtype or default_dtype(device)
+    if backend == "transformers":
+        hf = load_hf(JanusForConditionalGeneration, path, "Janus", device, dtype)
+        return janus_pipeline(hf, tokenizer, backend)
+    source = Checkpoint(path)
+    hf = image_parts(path, dtype, device, source)
+    cfg = config_from_text(hf.config.text_config, type(hf).__name__)
+    cfg = replace(cfg, tie_embeddings=HEAD not in source or bool(hf.config.text_config.tie_word_embeddings))
+    backbone = stream_decoder(cfg, hf_names(cfg, STACKS[type(hf).__name__][0]), source, dtype, device, quantize)
+    return janus_pipeline(hf, tokenizer, backbone=backbone)

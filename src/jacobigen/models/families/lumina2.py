@@ -21,7 +21,6 @@ throughout, while we keep any given cfg constant.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import cast
 
@@ -32,10 +31,11 @@ from ...core.errors import ConfigError, WeightsError
 from ...core.layout import ImageLayout
 from ..bundle import ModelBundle, palette_decode, rows_encoder
 from ..movqgan import MOVQGAN_270M, MoVQDecoder, load_movqgan
-from ..transformer import NameMap, Transformer, TransformerConfig, check_finite, rename_state
+from ..transformer import NameMap, Transformer, TransformerConfig
 from .base import default_dtype, load_tokenizer, require_dir, to_pil, token_id
 from .chameleon import IMAGE_END, IMAGE_START, NEW_LINE, PROMPT, TURN_END, grid_token
 from .convert import hf_names, per_head
+from .stream import Checkpoint, stream_decoder
 
 IMAGE_OFFSET = 155000  # id of MoVQGAN code 0 (item_processor.get_image_token)
 PATCH = 32  # pixels per size-token grid
@@ -140,67 +140,20 @@ def names(cfg: TransformerConfig) -> NameMap:
     return out
 
 
-class ShardedTensors(Mapping):
-    """The tensors of a safetensors checkpoint folder by name, read lazily from the shard that
-    ``model.safetensors.index.json`` names (or ``model.safetensors`` alone), cast to ``dtype``."""
-
-    def __init__(self, path: Path, dtype: torch.dtype):
-        from safetensors import safe_open
-
-        index = path / "model.safetensors.index.json"
-        try:
-            if index.is_file():
-                self.where = dict(json.loads(index.read_text())["weight_map"])
-            else:
-                with safe_open(str(path / "model.safetensors"), framework="pt") as f:
-                    self.where = {k: "model.safetensors" for k in f.keys()}
-        except Exception as e:  # no weights, a broken index
-            raise WeightsError(f"cannot read the safetensors index or weights in {path}: {e}") from e
-        self.path, self.dtype, self.open = path, dtype, safe_open
-
-    def __getitem__(self, key: str) -> torch.Tensor:
-        try:
-            with self.open(str(self.path / self.where[key]), framework="pt") as f:
-                return f.get_tensor(key).to(self.dtype)
-        except KeyError:
-            raise
-        except Exception as e:  # a missing or truncated shard
-            raise WeightsError(f"cannot read {key} from {self.path / self.where[key]}: {e}") from e
-
-    def __contains__(self, key) -> bool:
-        return key in self.where
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.where)
-
-    def __len__(self) -> int:
-        return len(self.where)
-
-
-def load_decoder(path: Path, dtype: torch.dtype, device: str) -> Transformer:
-    """Our decoder with the checkpoint's weights: q/k/v and gate/up fused, q/k norms stored per
-    model-parallel shard (``[model_parallel_size, head_dim]``) repeated over their heads as its
-    ``ChameleonLayerNorm`` does."""
+def load_decoder(
+    path: Path, dtype: torch.dtype, device: str | torch.device, quantize: str | None = None
+) -> Transformer:
+    """Our decoder with the checkpoint's weights, streamed (:mod:`.stream`): q/k/v and gate/up fused,
+    q/k norms stored per model-parallel shard (``[model_parallel_size, head_dim]``) repeated over
+    their heads as its ``ChameleonLayerNorm`` does, each linear layer quantized as it is filled."""
     cfg = read_config(path)
-    tensors = ShardedTensors(path, dtype)
-    state, _ = rename_state(tensors, names(cfg), cfg, f"the checkpoint in {path}")  # type: ignore[arg-type]
-    for i in range(cfg.n_layers):
-        for norm, heads in (("q_norm", cfg.n_heads), ("k_norm", cfg.kv_heads)):
-            for p in ("weight", "bias"):
-                key = f"layers.{i}.attn.{norm}.{p}"
-                state[key] = per_head(state[key], heads, f"{PREFIX}layers.{i}.self_attn.{norm}.{p}")
-    if cfg.tie_embeddings:
-        state.pop("head.weight")
-    check_finite(state, path)
-    with torch.device("meta"):
-        model = Transformer(cfg)
-    try:
-        model.load_state_dict(state, assign=True, strict=not cfg.tie_embeddings)
-    except RuntimeError as e:
-        raise WeightsError(f"{path}: tensors that do not fit its config.json: {e}") from e
-    if cfg.tie_embeddings:
-        model.head.weight = model.embed.weight
-    return model.to(device).eval()
+
+    def fix(key: str, t: torch.Tensor) -> torch.Tensor:
+        if ".attn.q_norm." in key or ".attn.k_norm." in key:
+            return per_head(t, cfg.n_heads if ".q_norm." in key else cfg.kv_heads, key)
+        return t
+
+    return stream_decoder(cfg, names(cfg), Checkpoint(path), dtype, device, quantize, fix)
 
 
 # --- the bundle ------------------------------------------------------------------------------------
@@ -298,11 +251,13 @@ def load(
     size: int | None = None,
     trust_checkpoint: bool = False,
     dtype: torch.dtype | None = None,
+    quantize: str | None = None,
 ) -> ModelBundle:
-    """``size``: image side in pixels (default 768). Weights load at ``dtype`` (default bf16, as released)."""
+    """``size``: image side in pixels (default 768). ``dtype``: the weights' (default: :func:`.base.default_dtype`);
+    ``quantize``: int8/int4 linear weights, each quantized as it loads (checked by the caller)."""
     check_size(size or 768)  # refuse a bad size before reading gigabytes
     folder = check_folder(require_dir(path, "Lumina-mGPT 2.0"))
-    model = load_decoder(folder, dtype or default_dtype(device), device)
+    model = load_decoder(folder, dtype or default_dtype(device), device, quantize)
     tokenizer = load_tokenizer(folder, "Lumina-mGPT 2.0")
     ckpt = find_movqgan(folder)
     vq = load_movqgan(ckpt, device, trust_checkpoint) if ckpt else None

@@ -1,0 +1,139 @@
+"""The streaming load at the size of the plan: checkpoints written in the released layouts by
+benchmarks/scale/make_checkpoint.py load, the plan counts exactly the model the loader builds, and the
+load's measured peak stays within the plan's load peak (a loader that keeps a copy does not)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from jacobigen.core.errors import ConfigError
+from jacobigen.core.quantize import weight_bytes
+from jacobigen.models import memory
+from jacobigen.models.load import load_bundle
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "benchmarks" / "scale"))
+import make_checkpoint  # noqa: E402
+
+pytest.importorskip("transformers")
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    out = {}
+    for family in ("janus", "lumina2"):
+        folder = tmp_path_factory.mktemp(family)
+        make_checkpoint.main(["--family", family, "--shape", "tiny", "--out", str(folder), "--shard-gb", "0.0002"])
+        out[family] = folder
+    return out
+
+
+@pytest.mark.parametrize("family", ["janus", "lumina2"])
+def test_made_checkpoints_are_released_layouts_that_load_and_decode(tiny, family):
+    index = json.loads((tiny[family] / "model.safetensors.index.json").read_text())["weight_map"]
+    assert len(set(index.values())) > 1  # sharded
+    stack = "model.language_model." if family == "janus" else "model."
+    assert f"{stack}layers.0.self_attn.q_proj.weight" in index and "lm_head.weight" in index
+    bundle = load_bundle(f"{family}:{tiny[family]}" + ("?size=256" if family == "lumina2" else ""))
+    gen, images = bundle.generate(["a red fox"], method="scd-mc", window=8, seed=[1], top_k=4)
+    assert gen.tokens.shape[0] == 1 and images[0].size[0] > 0 and bundle.note == ""
+
+
+@pytest.mark.parametrize("quantize", [None, "int8"])
+def test_the_plan_counts_the_model_the_streaming_load_builds(tiny, quantize):
+    from jacobigen.models.families import lumina2
+
+    spec = f"lumina2:{tiny['lumina2']}?size=256"
+    bundle = lumina2.load(str(tiny["lumina2"]), "cpu", size=256, dtype=torch.bfloat16, quantize=quantize)
+    plan = memory.plan(memory.shape_of(spec), dtype=torch.bfloat16, quantize=quantize, free=None)
+    assert plan.weights - plan.shape.decoder == weight_bytes(bundle.model)
+    assert plan.shape.decoder > 0  # the MoVQGAN the loader keeps, at float32
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [({"num_attention_heads": 0}, "n_heads=0"), ({"hidden_size": -32}, "dim=-32")],
+)
+def test_hostile_configs_are_config_errors_in_the_plan(tmp_path, tiny, change, message):
+    folder = tmp_path / "hostile"
+    folder.mkdir()
+    config = json.loads((tiny["lumina2"] / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, **change}))
+    with pytest.raises(ConfigError, match=message):
+        memory.shape_of(f"lumina2:{folder}")
+
+
+PEAK = """
+import json, sys, torch
+from jacobigen.core.quantize import quiet_torchao, quantize_model
+with quiet_torchao():
+    import transformers
+    from jacobigen.models.families import lumina2
+if sys.argv[3] == "mutant":
+    sys.path.insert(0, sys.argv[4])
+    from tests.helpers.mutants import keep_full_copy
+    kept = keep_full_copy()
+quantize = None if sys.argv[2] == "none" else sys.argv[2]
+lumina2.load(sys.argv[5], "cpu", size=256, dtype=torch.bfloat16, quantize=quantize)  # the imports a load makes
+status = lambda f: next(int(l.split()[1]) * 1024 for l in open("/proc/self/status") if l.startswith(f + ":"))
+open("/proc/self/clear_refs", "w").write("5")
+before = status("VmRSS")
+bundle = lumina2.load(sys.argv[1], "cpu", size=256, dtype=torch.bfloat16, quantize=quantize)
+quantize_model(bundle.model, quantize)
+print(json.dumps({"peak": status("VmHWM") - before}))
+"""
+
+
+def measured_peak(folder: Path, quantize: str | None, mutant: bool, warm: Path) -> int:
+    """Bytes the load adds to the process at its peak (VmHWM over the RSS before it), in a fresh one."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": f"{ROOT / 'src'}:{os.environ.get('PYTHONPATH', '')}"}
+    args = [
+        sys.executable,
+        "-c",
+        PEAK,
+        str(folder),
+        quantize or "none",
+        "mutant" if mutant else "ours",
+        str(ROOT),
+        str(warm),
+    ]
+    res = subprocess.run(args, capture_output=True, text=True, env=env, timeout=300)
+    assert res.returncode == 0, res.stderr[-2000:]
+    return json.loads(res.stdout.strip().splitlines()[-1])["peak"]
+
+
+@pytest.fixture(scope="module")
+def peak_checkpoint(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("peak")
+    make_checkpoint.main(["--family", "lumina2", "--shape", "peak-test", "--out", str(folder)])
+    return folder
+
+
+@pytest.mark.skipif(not Path("/proc/self/clear_refs").exists(), reason="measures VmHWM of /proc (Linux)")
+@pytest.mark.parametrize("quantize", [None, "int8"])
+def test_the_measured_load_peak_is_held_to_the_plan_and_a_copying_loader_is_not(peak_checkpoint, tiny, quantize):
+    plan = memory.plan(
+        memory.shape_of(f"lumina2:{peak_checkpoint}?size=256"), dtype=torch.bfloat16, quantize=quantize, free=None
+    )
+    ours = measured_peak(peak_checkpoint, quantize, False, tiny["lumina2"])
+    assert 0.8 * plan.weights <= ours <= 1.1 * plan.peak_loading, (ours, plan.weights, plan.peak_loading)
+    copying = measured_peak(peak_checkpoint, quantize, True, tiny["lumina2"])
+    assert copying > 1.1 * plan.peak_loading, (copying, plan.peak_loading)
+
+
+def test_dry_run_of_a_missing_folder_says_it_is_missing(tmp_path):
+    from click.testing import CliRunner
+
+    from jacobigen.cli import main
+
+    missing = tmp_path / "nothing"
+    args = ["generate", "--model", f"lumina-mgpt:{missing}", "a red fox", "--quantize", "int8", "--dry-run"]
+    res = CliRunner().invoke(main, args)
+    assert res.exit_code != 0 and f"{missing} is not a directory" in res.output
