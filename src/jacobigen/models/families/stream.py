@@ -113,10 +113,12 @@ class Checkpoint:
         return self.read_into(key, torch.empty(shape, dtype=dtype))
 
 
-def place(model: nn.Module, key: str, tensor: torch.Tensor, shape: torch.Size) -> None:
-    """Set parameter ``key`` of ``model`` (on the meta device until now) to ``tensor``."""
+def place(model: nn.Module, key: str, tensor: torch.Tensor, shape: torch.Size, theirs: str | None = None) -> None:
+    """Set parameter ``key`` of ``model`` (on the meta device until now) to ``tensor`` (``theirs``: its
+    name in the checkpoint, for the error)."""
     if tensor.shape != shape:
-        raise WeightsError(f"{key} has shape {tuple(tensor.shape)} in the checkpoint, the config needs {tuple(shape)}")
+        name = theirs or key
+        raise WeightsError(f"{name} has shape {tuple(tensor.shape)} in the checkpoint, the config needs {tuple(shape)}")
     owner, _, name = key.rpartition(".")
     module = model.get_submodule(owner)
     module._parameters[name] = nn.Parameter(tensor, requires_grad=False)
@@ -160,7 +162,7 @@ def fill(
         else:
             out = source.read(theirs)
             out = (fix(key, out) if fix else out).to(device=device, dtype=dtype)
-        place(model, key, out, shape)
+        place(model, key, out, shape, theirs if isinstance(theirs, str) else None)
         if quantize and linear and quantized_as(owner) is None:
             quantize_linear(owner, quantize)
 
