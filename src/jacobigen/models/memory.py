@@ -369,9 +369,11 @@ def shape_of(spec: str) -> Shape | None:
     path, _, query = path.partition("?")
     from .families.base import require_dir
 
-    folder = require_dir(path, family)  # a missing folder is said here, before any plan
-    if name not in ("chameleon", "anole", "janus", "emu3", "lumina2"):
+    if name in ("llamagen", "cosmos"):  # a checkpoint file or its folder, with no config to plan from
+        if not Path(path).expanduser().exists():
+            raise WeightsError(f"{family} weights not found: {Path(path).expanduser()} does not exist")
         return None
+    folder = require_dir(path, family)  # a missing folder is said here, before any plan
     size = int(dict(p.partition("=")[::2] for p in query.split("&") if p).get("size") or 0)
     return family_shape(spec, name, folder, size)
 
