@@ -11,8 +11,9 @@ transformers' Chameleon names with q/k norms per model-parallel shard, ``movqgan
 ``chameleon`` (``lumina-mgpt-7b``: Lumina-mGPT-7B-768's ``config.json`` with its vocabulary map, the
 same shards, Chameleon's VQGAN in ``tokenizer/vqgan.ckpt``), ``llamagen`` (``llamagen-xl``: LlamaGen's
 ``c2i_XL_384.pt`` at float32 and ``vq_ds16_c2i.pt``) and ``cosmos`` (``cosmos-4b``:
-Cosmos-1.0-Autoregressive-4B's ``model.pt``, bf16, keys under ``model.``). Each has a ``tiny`` shape
-for the test suite. Tokenizers are word-level with the family's special tokens
+Cosmos-1.0-Autoregressive-4B's ``model.pt``, bf16, keys under ``model.``) and ``emu3`` (``emu3-gen``:
+Emu3-Gen-hf's ``config.json`` and vocabulary map, shards of ``text_model.*`` and ``vqmodel.*``; no image
+processor config, so pixels decode from [-1, 1]). Each has a ``tiny`` shape for the test suite. Tokenizers are word-level with the family's special tokens
 at the ids its loader reads (the released BPE vocabularies are not ours to ship).
 
 Weights are fan-in scaled normals in bf16 (norms 1), written one shard at a time: the writer holds at
@@ -83,6 +84,19 @@ SHAPES = {
         "tiny": dict(dim=48, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=12, ffn=96, vocab=64000,
                      latent_shape=[3, 2, 3]),
     },
+    "emu3": {
+        # Emu3-Gen (BAAI/Emu3-Gen-hf): transformers' Emu3Config defaults are its published shape (text model
+        # 32 layers of 4096, 8 K/V heads, MLP 14336, 184,622 ids whose last 32,768 are visual tokens; the
+        # 32,768-code temporal VQ-VAE), stored as text_model.model.*, text_model.lm_head, vqmodel.*
+        "emu3-gen": dict(text={}, vq={}, ids=dict(pad=151643, eol=151846, eof=151847, bos=151849, eos=151850,
+                                                  boi=151851, eoi=151852, wrapper=151853)),
+        "tiny": dict(text=dict(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                               num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512),
+                     vq=dict(codebook_size=64, embed_dim=4, latent_channels=4, base_channels=32,
+                             channel_multiplier=[1, 2], num_res_blocks=1, attn_resolutions=[], hidden_size=64,
+                             num_attention_heads=1, temporal_downsample_factor=4),
+                     ids=dict(pad=1, eol=2, eof=3, bos=4, eos=5, boi=6, eoi=7, wrapper=8)),
+    },
 }  # fmt: skip
 WORDS = "a red fox cat on the mat Generate an image of according to following prompt : User Assistant x".split()
 
@@ -102,6 +116,9 @@ def word_tokenizer(vocab: dict[str, int], specials: list[str], **named):
 def random_tensor(key: str, shape: tuple[int, ...], seed: int, index: int) -> torch.Tensor:
     """Norm weights 1, biases and 1-D tensors small, matrices fan-in scaled: finite, peaked logits."""
     g = torch.Generator().manual_seed(seed * 1_000_003 + index)
+    if key.endswith(("running_mean", "running_var", "num_batches_tracked")):  # a BatchNorm's statistics
+        fill = 1.0 if key.endswith("running_var") else 0.0
+        return torch.full(shape, fill, dtype=torch.int64 if key.endswith("tracked") else torch.bfloat16)
     if len(shape) == 1 or key.endswith("bias"):
         base = 1.0 if "norm" in key and key.endswith("weight") else 0.0
         return (base + 0.02 * torch.randn(shape, generator=g)).to(torch.bfloat16)
@@ -339,7 +356,52 @@ def cosmos(spec: dict, out: Path, seed: int, shard_gb: float) -> None:
     print(f"cosmos: {total / 2**30:.2f} GiB of bf16 tensors in {out}", file=sys.stderr)
 
 
-WRITERS = {"janus": janus, "lumina2": lumina2, "chameleon": chameleon, "llamagen": llamagen, "cosmos": cosmos}
+def emu3(spec: dict, out: Path, seed: int, shard_gb: float) -> None:
+    """Emu3-Gen's layout: ``config.json`` with its vocabulary map, shards of ``text_model.model.*``,
+    ``text_model.lm_head.weight`` and ``vqmodel.*`` (as the release and transformers' save_pretrained write)."""
+    from transformers import Emu3Config, Emu3ForConditionalGeneration
+
+    from jacobigen.models.families.emu3 import NAMES
+
+    names = dict(pad="<|endoftext|>", bos="<|extra_203|>", eos="<|extra_204|>", eoi="<|image end|>",
+                 **{k: v for k, v in NAMES.items()})  # fmt: skip
+    ids = spec["ids"]
+    vocab = {"<unk>": 0} if 0 not in ids.values() else {}
+    vocab.update({names[k]: i for k, i in ids.items()})
+    vocab.update({w: 9 + i for i, w in enumerate([*WORDS, "*", ",", ".", *map(str, range(1, 129))])})
+    text = dict(spec["text"], pad_token_id=ids["pad"], bos_token_id=ids["bos"], eos_token_id=ids["eos"])
+    base = Emu3Config(text_config=text, vq_config=spec["vq"] or None)
+    codes = base.vq_config.codebook_size
+    first = base.text_config.vocab_size - codes  # the visual tokens close the vocabulary
+    vocab.update({f"<|visual token {c:06d}|>": first + c for c in range(codes)})
+    cfg = Emu3Config(text_config=text, vq_config=spec["vq"] or None, vocabulary_map=vocab)
+    with torch.device("meta"):
+        hf = Emu3ForConditionalGeneration(cfg)
+    released = (
+        ("model.text_model.", "text_model.model."),
+        ("lm_head.", "text_model.lm_head."),
+        ("model.vqmodel.", "vqmodel."),
+    )
+    tensors = []
+    for k, v in hf.state_dict().items():
+        ours, theirs = next(pair for pair in released if k.startswith(pair[0]))
+        tensors.append((theirs + k.removeprefix(ours), tuple(v.shape)))
+    total = write_shards(out, tensors, seed, shard_gb)
+    cfg.save_pretrained(out)
+    specials = [names[k] for k in ids if k not in ("pad", "bos", "eos")]
+    tok = word_tokenizer(vocab, specials, bos_token=names["bos"], eos_token=names["eos"], pad_token=names["pad"])
+    tok.save_pretrained(out)
+    print(f"emu3: {total / 2**30:.2f} GiB of bf16 tensors in {out}", file=sys.stderr)
+
+
+WRITERS = {
+    "janus": janus,
+    "lumina2": lumina2,
+    "chameleon": chameleon,
+    "llamagen": llamagen,
+    "cosmos": cosmos,
+    "emu3": emu3,
+}
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -51,38 +51,39 @@ def test_made_checkpoints_are_released_layouts_that_load_and_decode(tiny, family
 def made(tmp_path_factory):
     """The other families' tiny checkpoints, as make_checkpoint writes them."""
     out = {}
-    for family in ("chameleon", "llamagen", "cosmos"):
+    for family in ("chameleon", "llamagen", "cosmos", "emu3"):
         folder = tmp_path_factory.mktemp(family)
         make_checkpoint.main(["--family", family, "--shape", "tiny", "--out", str(folder), "--shard-gb", "0.0005"])
         out[family] = folder
     return out
 
 
-@pytest.mark.parametrize("family", ["chameleon", "llamagen", "cosmos"])
+@pytest.mark.parametrize("family", ["chameleon", "llamagen", "cosmos", "emu3"])
 @pytest.mark.parametrize("quantize", [None, "int8"])
 def test_made_checkpoints_of_the_other_families_stream_and_decode(made, family, quantize, tmp_path):
     folder = made[family]
-    prompt, option = {"chameleon": ("a red fox", "?size=64"), "llamagen": ("3", ""), "cosmos": ("", "")}[family]
+    prompt, option = {"chameleon": ("a red fox", "?size=64"), "llamagen": ("3", ""), "cosmos": ("", ""),
+                      "emu3": ("a red fox", "?size=32")}[family]  # fmt: skip
     if family == "cosmos":  # a latent frame of codes as the condition
         prompt = str(tmp_path / "context.npy")
         np.save(prompt, np.arange(6).reshape(1, 2, 3))
-    else:
+    elif family != "emu3":  # whose VQ is in its shards
         assert (folder / ("tokenizer/vqgan.ckpt" if family == "chameleon" else "vq_ds16_c2i.pt")).is_file()
     bundle = load_bundle(f"{family}:{folder}{option}", quantize=quantize)
     assert quantized_as(bundle.model) == quantize
     gen, images = bundle.generate([prompt], method="scd-mc", window=8, seed=[1], top_k=4)
     assert gen.tokens.shape[0] == 1 and len(images) == 1
     if family != "cosmos":  # an image through the family's own VQ decoder, not a token palette
-        assert bundle.note == "" and images[0].size[0] == 64
+        assert bundle.note == "" and images[0].size[0] == (8 if family == "emu3" else 64)
 
 
 @pytest.mark.parametrize("quantize", [None, "int8"])
-@pytest.mark.parametrize("family", ["lumina2", "chameleon"])
+@pytest.mark.parametrize("family", ["lumina2", "chameleon", "emu3"])
 def test_the_plan_counts_the_model_the_streaming_load_builds(tiny, made, family, quantize):
     from importlib import import_module
 
     folder = (tiny if family == "lumina2" else made)[family]
-    size = 256 if family == "lumina2" else 64
+    size = {"lumina2": 256, "chameleon": 64, "emu3": 32}[family]
     load = import_module(f"jacobigen.models.families.{family}").load
     bundle = load(str(folder), "cpu", size=size, dtype=torch.bfloat16, quantize=quantize)
     plan = memory.plan(memory.shape_of(f"{family}:{folder}?size={size}"), dtype=torch.bfloat16, quantize=quantize,
