@@ -110,23 +110,24 @@ import json, sys, torch
 from jacobigen.core.quantize import quiet_torchao, quantize_model
 with quiet_torchao():
     import transformers
-    from jacobigen.models.families import lumina2
+    from importlib import import_module
+    family = import_module("jacobigen.models.families." + sys.argv[6])
 if sys.argv[3] == "mutant":
     sys.path.insert(0, sys.argv[4])
     from tests.helpers.mutants import keep_full_copy
     kept = keep_full_copy()
 quantize = None if sys.argv[2] == "none" else sys.argv[2]
-lumina2.load(sys.argv[5], "cpu", size=256, dtype=torch.bfloat16, quantize=quantize)  # the imports a load makes
+family.load(sys.argv[5], "cpu", size=256, dtype=torch.bfloat16, quantize=quantize)  # the imports a load makes
 status = lambda f: next(int(l.split()[1]) * 1024 for l in open("/proc/self/status") if l.startswith(f + ":"))
 open("/proc/self/clear_refs", "w").write("5")
 before = status("VmRSS")
-bundle = lumina2.load(sys.argv[1], "cpu", size=256, dtype=torch.bfloat16, quantize=quantize)
+bundle = family.load(sys.argv[1], "cpu", size=256, dtype=torch.bfloat16, quantize=quantize)
 quantize_model(bundle.model, quantize)
 print(json.dumps({"peak": status("VmHWM") - before}))
 """
 
 
-def measured_peak(folder: Path, quantize: str | None, mutant: bool, warm: Path) -> int:
+def measured_peak(folder: Path, quantize: str | None, mutant: bool, warm: Path, family: str = "lumina2") -> int:
     """Bytes the load adds to the process at its peak (VmHWM over the RSS before it), in a fresh one."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": f"{ROOT / 'src'}:{os.environ.get('PYTHONPATH', '')}"}
     args = [
@@ -138,6 +139,7 @@ def measured_peak(folder: Path, quantize: str | None, mutant: bool, warm: Path) 
         "mutant" if mutant else "ours",
         str(ROOT),
         str(warm),
+        family,
     ]
     res = subprocess.run(args, capture_output=True, text=True, env=env, timeout=300)
     assert res.returncode == 0, res.stderr[-2000:]
@@ -160,4 +162,24 @@ def test_the_measured_load_peak_is_held_to_the_plan_and_a_copying_loader_is_not(
     ours = measured_peak(peak_checkpoint, quantize, False, tiny["lumina2"])
     assert 0.8 * plan.weights <= ours <= 1.1 * plan.peak_loading, (ours, plan.weights, plan.peak_loading)
     copying = measured_peak(peak_checkpoint, quantize, True, tiny["lumina2"])
+    assert copying > 1.1 * plan.peak_loading, (copying, plan.peak_loading)
+
+
+@pytest.fixture(scope="module")
+def chameleon_peak_checkpoint(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("chameleon-peak")
+    make_checkpoint.main(["--family", "chameleon", "--shape", "peak-test", "--out", str(folder)])
+    return folder
+
+
+@pytest.mark.skipif(not Path("/proc/self/clear_refs").exists(), reason="measures VmHWM of /proc (Linux)")
+@pytest.mark.parametrize("quantize", [None, "int8"])
+def test_the_chameleon_load_peak_is_held_to_the_plan(chameleon_peak_checkpoint, made, quantize):
+    """Chameleon used to load transformers' whole model and convert beside it; now it streams like Lumina-mGPT 2.0."""
+    folder = chameleon_peak_checkpoint
+    shape = memory.shape_of(f"chameleon:{folder}?size=256")
+    plan = memory.plan(shape, dtype=torch.bfloat16, quantize=quantize, free=None)
+    ours = measured_peak(folder, quantize, False, made["chameleon"], "chameleon")
+    assert 0.8 * plan.weights <= ours <= 1.1 * plan.peak_loading, (ours, plan.weights, plan.peak_loading)
+    copying = measured_peak(folder, quantize, True, made["chameleon"], "chameleon")
     assert copying > 1.1 * plan.peak_loading, (copying, plan.peak_loading)
