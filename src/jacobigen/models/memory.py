@@ -407,6 +407,10 @@ def family_shape(spec: str, name: str, folder: Path, size: int) -> Shape:
         tokens = 1025 if name == "anole" else int(raw.get("vision_config", {}).get("num_image_tokens", 576))
     if name == "lumina2":
         return from_config(cfg, spec, tokens, decoder=movq_bytes(folder))
+    if name in ("chameleon", "anole"):
+        from .families.vq import chameleon_vqgan_bytes
+
+        return from_config(cfg, spec, tokens, decoder=chameleon_vqgan_bytes(folder))
     if name != "janus":
         return from_config(cfg, spec, tokens)
     from .families.janus import meta_image_parts
