@@ -62,9 +62,9 @@ def machine() -> dict:
 
 def force_dtype(dtype: torch.dtype) -> None:
     """The families' default dtype, for this process."""
-    from jacobigen.models.families import base, janus, lumina2
+    from jacobigen.models.families import base, chameleon, cosmos, emu3, janus, llamagen, lumina2
 
-    for module in (base, janus, lumina2):
+    for module in (base, janus, lumina2, chameleon, emu3, llamagen, cosmos):
         module.default_dtype = lambda _device, d=dtype: d
 
 

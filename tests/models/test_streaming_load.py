@@ -10,11 +10,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
 from jacobigen.core.errors import ConfigError
-from jacobigen.core.quantize import weight_bytes
+from jacobigen.core.quantize import quantized_as, weight_bytes
 from jacobigen.models import memory
 from jacobigen.models.load import load_bundle
 
@@ -46,15 +47,49 @@ def test_made_checkpoints_are_released_layouts_that_load_and_decode(tiny, family
     assert gen.tokens.shape[0] == 1 and images[0].size[0] > 0 and bundle.note == ""
 
 
-@pytest.mark.parametrize("quantize", [None, "int8"])
-def test_the_plan_counts_the_model_the_streaming_load_builds(tiny, quantize):
-    from jacobigen.models.families import lumina2
+@pytest.fixture(scope="module")
+def made(tmp_path_factory):
+    """The other families' tiny checkpoints, as make_checkpoint writes them."""
+    out = {}
+    for family in ("chameleon", "llamagen", "cosmos", "emu3"):
+        folder = tmp_path_factory.mktemp(family)
+        make_checkpoint.main(["--family", family, "--shape", "tiny", "--out", str(folder), "--shard-gb", "0.0005"])
+        out[family] = folder
+    return out
 
-    spec = f"lumina2:{tiny['lumina2']}?size=256"
-    bundle = lumina2.load(str(tiny["lumina2"]), "cpu", size=256, dtype=torch.bfloat16, quantize=quantize)
-    plan = memory.plan(memory.shape_of(spec), dtype=torch.bfloat16, quantize=quantize, free=None)
+
+@pytest.mark.parametrize("family", ["chameleon", "llamagen", "cosmos", "emu3"])
+@pytest.mark.parametrize("quantize", [None, "int8"])
+def test_made_checkpoints_of_the_other_families_stream_and_decode(made, family, quantize, tmp_path):
+    folder = made[family]
+    prompt, option = {"chameleon": ("a red fox", "?size=64"), "llamagen": ("3", ""), "cosmos": ("", ""),
+                      "emu3": ("a red fox", "?size=32")}[family]  # fmt: skip
+    if family == "cosmos":  # a latent frame of codes as the condition
+        prompt = str(tmp_path / "context.npy")
+        np.save(prompt, np.arange(6).reshape(1, 2, 3))
+    elif family != "emu3":  # whose VQ is in its shards
+        assert (folder / ("tokenizer/vqgan.ckpt" if family == "chameleon" else "vq_ds16_c2i.pt")).is_file()
+    bundle = load_bundle(f"{family}:{folder}{option}", quantize=quantize)
+    assert quantized_as(bundle.model) == quantize
+    gen, images = bundle.generate([prompt], method="scd-mc", window=8, seed=[1], top_k=4)
+    assert gen.tokens.shape[0] == 1 and len(images) == 1
+    if family != "cosmos":  # an image through the family's own VQ decoder, not a token palette
+        assert bundle.note == "" and images[0].size[0] == (8 if family == "emu3" else 64)
+
+
+@pytest.mark.parametrize("quantize", [None, "int8"])
+@pytest.mark.parametrize("family", ["lumina2", "chameleon", "emu3"])
+def test_the_plan_counts_the_model_the_streaming_load_builds(tiny, made, family, quantize):
+    from importlib import import_module
+
+    folder = (tiny if family == "lumina2" else made)[family]
+    size = {"lumina2": 256, "chameleon": 64, "emu3": 32}[family]
+    load = import_module(f"jacobigen.models.families.{family}").load
+    bundle = load(str(folder), "cpu", size=size, dtype=torch.bfloat16, quantize=quantize)
+    plan = memory.plan(memory.shape_of(f"{family}:{folder}?size={size}"), dtype=torch.bfloat16, quantize=quantize,
+                       free=None)  # fmt: skip
     assert plan.weights - plan.shape.decoder == weight_bytes(bundle.model)
-    assert plan.shape.decoder > 0  # the MoVQGAN the loader keeps, at float32
+    assert (plan.shape.decoder > 0) == (family != "emu3")  # MoVQGAN / VQGAN the loader keeps, at float32
 
 
 @pytest.mark.parametrize(
@@ -75,23 +110,24 @@ import json, sys, torch
 from jacobigen.core.quantize import quiet_torchao, quantize_model
 with quiet_torchao():
     import transformers
-    from jacobigen.models.families import lumina2
+    from importlib import import_module
+    family = import_module("jacobigen.models.families." + sys.argv[6])
 if sys.argv[3] == "mutant":
     sys.path.insert(0, sys.argv[4])
     from tests.helpers.mutants import keep_full_copy
     kept = keep_full_copy()
 quantize = None if sys.argv[2] == "none" else sys.argv[2]
-lumina2.load(sys.argv[5], "cpu", size=256, dtype=torch.bfloat16, quantize=quantize)  # the imports a load makes
+family.load(sys.argv[5], "cpu", size=256, dtype=torch.bfloat16, quantize=quantize)  # the imports a load makes
 status = lambda f: next(int(l.split()[1]) * 1024 for l in open("/proc/self/status") if l.startswith(f + ":"))
 open("/proc/self/clear_refs", "w").write("5")
 before = status("VmRSS")
-bundle = lumina2.load(sys.argv[1], "cpu", size=256, dtype=torch.bfloat16, quantize=quantize)
+bundle = family.load(sys.argv[1], "cpu", size=256, dtype=torch.bfloat16, quantize=quantize)
 quantize_model(bundle.model, quantize)
 print(json.dumps({"peak": status("VmHWM") - before}))
 """
 
 
-def measured_peak(folder: Path, quantize: str | None, mutant: bool, warm: Path) -> int:
+def measured_peak(folder: Path, quantize: str | None, mutant: bool, warm: Path, family: str = "lumina2") -> int:
     """Bytes the load adds to the process at its peak (VmHWM over the RSS before it), in a fresh one."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": f"{ROOT / 'src'}:{os.environ.get('PYTHONPATH', '')}"}
     args = [
@@ -103,6 +139,7 @@ def measured_peak(folder: Path, quantize: str | None, mutant: bool, warm: Path) 
         "mutant" if mutant else "ours",
         str(ROOT),
         str(warm),
+        family,
     ]
     res = subprocess.run(args, capture_output=True, text=True, env=env, timeout=300)
     assert res.returncode == 0, res.stderr[-2000:]
@@ -137,3 +174,23 @@ def test_dry_run_of_a_missing_folder_says_it_is_missing(tmp_path):
     args = ["generate", "--model", f"lumina-mgpt:{missing}", "a red fox", "--quantize", "int8", "--dry-run"]
     res = CliRunner().invoke(main, args)
     assert res.exit_code != 0 and f"{missing} is not a directory" in res.output
+
+
+@pytest.fixture(scope="module")
+def chameleon_peak_checkpoint(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("chameleon-peak")
+    make_checkpoint.main(["--family", "chameleon", "--shape", "peak-test", "--out", str(folder)])
+    return folder
+
+
+@pytest.mark.skipif(not Path("/proc/self/clear_refs").exists(), reason="measures VmHWM of /proc (Linux)")
+@pytest.mark.parametrize("quantize", [None, "int8"])
+def test_the_chameleon_load_peak_is_held_to_the_plan(chameleon_peak_checkpoint, made, quantize):
+    """Chameleon used to load transformers' whole model and convert beside it; now it streams like Lumina-mGPT 2.0."""
+    folder = chameleon_peak_checkpoint
+    shape = memory.shape_of(f"chameleon:{folder}?size=256")
+    plan = memory.plan(shape, dtype=torch.bfloat16, quantize=quantize, free=None)
+    ours = measured_peak(folder, quantize, False, made["chameleon"], "chameleon")
+    assert 0.8 * plan.weights <= ours <= 1.1 * plan.peak_loading, (ours, plan.weights, plan.peak_loading)
+    copying = measured_peak(folder, quantize, True, made["chameleon"], "chameleon")
+    assert copying > 1.1 * plan.peak_loading, (copying, plan.peak_loading)

@@ -59,7 +59,7 @@ class Shape:
     prompt_tokens: int = PROMPT_TOKENS
     cfg: bool = True  # guided by default (two model rows per sequence)
     decoder: int = 0  # bytes of the image decoder as loaded, when it is not at the model's dtype (MoVQGAN)
-    streamed: bool | None = None  # streaming load (Janus, Lumina-mGPT 2.0), False: converted from transformers
+    streamed: bool = False  # a family's streaming load (its transient planned); False: a small model read whole
     note: str = ""
 
     def linears(self) -> list[tuple[int, int, int]]:
@@ -161,8 +161,6 @@ class Plan:
             f"{self.block:,} tokens x {self.rows} rows; an upper estimate)",
         ]
         how = "one tensor at bf16 and its layer quantized" if self.quantize else "one tensor as stored"
-        late = f"loaded at {str(self.load_dtype)[6:]}, quantized after; " if self.quantize else ""
-        how = how if self.shape.streamed else late + "q/k/v and gate/up fused beside transformers' unfused ones"
         out.append(f"  load peak    {size(self.peak_loading):>10}  (the weights + {size(self.transient)}: {how})")
         if self.free is None:
             out.append(
@@ -274,12 +272,8 @@ def load_transient(shape: Shape, dtype: torch.dtype, quantize: str | None) -> in
     cast copy; or, quantizing, a fused weight (q/k/v, gate/up) at full precision beside a chunk's float32
     temporaries (the other linear layers are quantized a chunk of rows at a time as they are read)."""
     fused = max(2 * shape.hidden, (shape.n_heads + 2 * shape.kv_heads) * shape.head_dim) * shape.dim
-    if shape.streamed is None:  # a small model read whole (the embedded ones): nothing planned
+    if not shape.streamed:  # a small model read whole (the embedded ones): nothing planned
         return 0
-    if not shape.streamed:  # convert.from_hf concatenates q/k/v and gate/up beside transformers' originals
-        both = (2 * shape.hidden + (shape.n_heads + 2 * shape.kv_heads) * shape.head_dim) * shape.dim
-        unquantized = weight_bytes(shape, dtype) - weight_bytes(shape, dtype, quantize) if quantize else 0
-        return shape.n_layers * both * dtype.itemsize + unquantized  # they quantize after loading
     linears = shape.linears()
     widest = max(o * i for o, i, _ in linears)
     part = max(shape.hidden, shape.n_heads * shape.head_dim) * shape.dim * STORED
@@ -368,11 +362,11 @@ def shape_of(spec: str) -> Shape | None:
     path, _, query = path.partition("?")
     from .families.base import require_dir
 
-    if not Path(path).expanduser().exists():  # said here, before any plan
-        require_dir(path, family)
-    if name not in ("chameleon", "anole", "janus", "emu3", "lumina2"):
-        return None  # LlamaGen and Cosmos files carry no config
-    folder = require_dir(path, family)
+    if name in ("llamagen", "cosmos"):  # a checkpoint file or its folder, with no config to plan from
+        if not Path(path).expanduser().exists():
+            raise WeightsError(f"{family} weights not found: {Path(path).expanduser()} does not exist")
+        return None
+    folder = require_dir(path, family)  # a missing folder is said here, before any plan
     size = int(dict(p.partition("=")[::2] for p in query.split("&") if p).get("size") or 0)
     return family_shape(spec, name, folder, size)
 
@@ -381,17 +375,14 @@ def family_shape(spec: str, name: str, folder: Path, size: int) -> Shape:
     """The shape of the model the family's loader builds from ``folder``: its decoder config through
     the loaders' own parser (a config our decoder cannot build is a ConfigError), Janus' image parts
     as the meta-device model its streaming load fills, Lumina-mGPT 2.0's MoVQGAN at float32."""
-    from .families.lumina2 import config_from_json
+    from .families.lumina2 import config_from_json, read_json
     from .families.stream import Checkpoint
     from .transformer import check_config
 
     config = folder / "config.json"
     if not config.is_file():
         raise WeightsError(f"{folder} has no config.json: is it a {name} checkpoint folder?")
-    try:
-        raw = json.loads(config.read_text())
-    except ValueError as e:
-        raise WeightsError(f"{config} is not JSON: {e}") from None
+    raw = read_json(config)
     cfg = config_from_json(raw.get("text_config", raw) if name in ("janus", "emu3") else raw, str(config))
     cfg = replace(cfg, qk_norm=None if name in ("janus", "emu3") else cfg.qk_norm)
     check_config(cfg)
@@ -404,10 +395,11 @@ def family_shape(spec: str, name: str, folder: Path, size: int) -> Shape:
         tokens = g * (g + 1) + 1
     else:
         tokens = 1025 if name == "anole" else int(raw.get("vision_config", {}).get("num_image_tokens", 576))
-    if name == "lumina2":
-        return from_config(cfg, spec, tokens, decoder=movq_bytes(folder), streamed=True)
-    if name != "janus":
-        return from_config(cfg, spec, tokens, streamed=False)
+    if name != "janus":  # the image decoders that load at float32 whatever the model's dtype
+        from .families.vq import chameleon_vqgan_bytes
+
+        decoder = {"lumina2": movq_bytes, "chameleon": chameleon_vqgan_bytes, "anole": chameleon_vqgan_bytes}
+        return from_config(cfg, spec, tokens, decoder=decoder.get(name, lambda _: 0)(folder), streamed=True)
     from .families.janus import meta_image_parts
 
     cfg = replace(cfg, tie_embeddings=cfg.tie_embeddings or "lm_head.weight" not in Checkpoint(folder))

@@ -11,7 +11,7 @@ from .memory import Shape
 
 
 def _llama(name, dim, layers, heads, kv, hidden, vocab, image, **kw) -> Shape:
-    kw.setdefault("streamed", False)  # loaded through transformers' model and converted
+    kw.setdefault("streamed", True)  # every family streams its checkpoint (models/families/stream.py)
     return Shape(
         name, dim, layers, heads, kv, dim // heads, hidden, vocab, kw.pop("logits", vocab), image_tokens=image, **kw
     )
@@ -24,7 +24,7 @@ def _janus(name: str, dim: int, layers: int, heads: int, hidden: int) -> Shape:
     codes = 16384
     return _llama(
         name, dim, layers, heads, heads, hidden, 102400, 576, logits=102400 + codes, head=102400,
-        extra_linear=((dim, 8), (dim, dim), (dim, dim), (codes, dim)), extra_params=codes * 8, streamed=True,
+        extra_linear=((dim, 8), (dim, dim), (dim, dim), (codes, dim)), extra_params=codes * 8,
         note=f"Janus-Pro-{name.split('-')[-1].upper()}: 384 px, 24 x 24 codes",
     )  # fmt: skip
 

@@ -1,5 +1,5 @@
-"""Anole (GAIR-NLP/anole; Meta Chameleon fine-tuned for image generation): loaded by transformers'
-Chameleon classes, generated on our decoder like :mod:`.chameleon` (whose ``backend`` option it shares).
+"""Anole (GAIR-NLP/anole; Meta Chameleon fine-tuned for image generation): a Chameleon-format folder,
+streamed into our decoder like :mod:`.chameleon` (whose ``backend``, ``dtype`` and ``quantize`` it shares).
 
 Facts from Anole's ``text2image.py`` and its ``chameleon/inference/chameleon.py``: the prompt is
 ``<s>`` + the text's tokens + ``<reserved08706>`` (end of turn), then the image starts with
@@ -20,7 +20,7 @@ import torch
 from ...core.errors import WeightsError
 from ...core.layout import ImageLayout
 from ..bundle import ModelBundle, rows_encoder
-from .base import token_id, use_ours
+from .base import token_id
 from .chameleon import IMAGE_END, IMAGE_START, TURN_END, chameleon_adapter, image_decoder, load_chameleon
 
 SIDE = 32  # 1024 tokens: 512 px through the 16x VQGAN
@@ -28,10 +28,10 @@ DEFAULTS = {"cfg": 3.0, "temperature": 0.7, "top_p": 0.9}
 
 
 def anole_pipeline(
-    hf, tokenizer, vq_decoder=None, side: int = SIDE, backend: str = "ours", release: bool = False
+    hf, tokenizer, vq_decoder=None, side: int = SIDE, backend: str = "ours", release: bool = False, backbone=None
 ) -> ModelBundle:
     """``side``: tokens per image side (Anole was trained on 32; tiny test models take fewer);
-    ``backend`` and ``release`` as in :func:`.chameleon.chameleon_adapter`."""
+    ``backend``, ``release`` and ``backbone`` as in :func:`.chameleon.chameleon_adapter`."""
     lo, hi, decode = image_decoder(hf, vq_decoder)
     bos = tokenizer.bos_token_id
     if bos is None:
@@ -45,7 +45,7 @@ def anole_pipeline(
     note = "" if vq_decoder is not None else "no vqgan.ckpt found: images are token palettes"
     return ModelBundle(
         "anole",
-        chameleon_adapter(hf, backend, release),
+        chameleon_adapter(hf, backend, release, backbone),
         layout,
         rows_encoder(encode, [bos, boi]),
         decode,
@@ -60,10 +60,10 @@ def load(
     trust_checkpoint: bool = False,
     backend: str = "ours",
     dtype: torch.dtype | None = None,
+    quantize: str | None = None,
 ) -> ModelBundle:
     """A transformers-format Anole directory (e.g. ``leloy/Anole-7b-v0.1-hf``) with Chameleon's
-    ``vqgan.ckpt`` in it or in ``tokenizer/``."""
-    use_ours(backend)  # refuse a bad name before loading gigabytes
-    return anole_pipeline(
-        *load_chameleon(path, device, "Anole", trust_checkpoint, dtype), backend=backend, release=True
-    )
+    ``vqgan.ckpt`` in it or in ``tokenizer/``; ``backend``, ``dtype``, ``quantize``: see
+    :func:`.chameleon.load_chameleon`."""
+    hf, tok, vq, backbone = load_chameleon(path, device, "Anole", trust_checkpoint, backend, dtype, quantize)
+    return anole_pipeline(hf, tok, vq, backend=backend, release=True, backbone=backbone)

@@ -1,5 +1,6 @@
-"""Lumina-mGPT (and Chameleon-format checkpoints): transformers' Chameleon classes load them, our
-decoder generates (``backend="transformers"`` runs transformers' modules instead; see :mod:`.base`).
+"""Lumina-mGPT (and Chameleon-format checkpoints): our decoder streams from the safetensors shards
+(:mod:`.stream`), transformers' Chameleon config gives the image vocabulary; ``backend="transformers"``
+loads transformers' whole model and runs its modules instead (see :mod:`.base`).
 
 Lumina-mGPT's image format (Alpha-VLLM/Lumina-mGPT ``item_processor.py``): ``<racm3:break>``, two size
 tokens ``<reserved{8800+n}>`` for the height and width in 32-pixel grids, then rows of 2n VQ tokens each
@@ -19,6 +20,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -28,8 +30,20 @@ from ...core.errors import ConfigError, WeightsError
 from ...core.layout import ImageLayout
 from ..bundle import ModelBundle, palette_decode, rows_encoder
 from ..transformer import TransformerConfig
-from .base import HFAdapter, contiguous_range, load_hf, load_tokenizer, require_dir, to_pil, token_id, use_ours
-from .convert import from_hf
+from .base import (
+    HFAdapter,
+    contiguous_range,
+    default_dtype,
+    load_hf,
+    load_tokenizer,
+    offline,
+    require_dir,
+    to_pil,
+    token_id,
+    use_ours,
+)
+from .convert import HEAD, from_hf, per_head
+from .stream import Checkpoint, stream_decoder
 
 IMAGE_START, IMAGE_END, NEW_LINE = "<racm3:break>", "<eoss>", "<reserved08799>"
 PROMPT = "Generate an image of {w}x{h} according to the following prompt:\n{text}"
@@ -61,11 +75,12 @@ def lumina_7b_config(max_seq_len: int = 10240) -> TransformerConfig:
     )
 
 
-def chameleon_adapter(hf, backend: str = "ours", release: bool = False) -> nn.Module:
+def chameleon_adapter(hf, backend: str = "ours", release: bool = False, backbone=None) -> nn.Module:
     """``hf``: a ChameleonForConditionalGeneration; logits keep the image ids (unlike its forward).
-    ``release``: our decoder only, drop transformers' copy of the layers (see :func:`.convert.from_hf`)."""
+    ``release``: our decoder only, drop transformers' copy of the layers (see :func:`.convert.from_hf`).
+    ``backbone``: our decoder already loaded (the streaming load; ``hf`` is then on the meta device)."""
     if use_ours(backend):
-        return from_hf(hf, release)
+        return backbone if backbone is not None else from_hf(hf, release)
     cfg = hf.config
     return HFAdapter(hf, hf.model, hf.model.embed_tokens, hf.lm_head, cfg, cfg.vocab_size, cfg.max_position_embeddings)
 
@@ -89,10 +104,10 @@ def image_decoder(hf, vq_decoder) -> tuple[int, int, Callable]:
 
 
 def chameleon_pipeline(
-    hf, tokenizer, size: int = 768, vq_decoder=None, backend: str = "ours", release: bool = False
+    hf, tokenizer, size: int = 768, vq_decoder=None, backend: str = "ours", release: bool = False, backbone=None
 ) -> ModelBundle:
-    """The bundle for a ``size`` x ``size`` image (multiple of 32 pixels); ``backend`` and ``release``
-    as in :func:`chameleon_adapter`."""
+    """The bundle for a ``size`` x ``size`` image (multiple of 32 pixels); ``backend``, ``release`` and
+    ``backbone`` as in :func:`chameleon_adapter`."""
     if size % PATCH:
         raise ConfigError(f"Lumina-mGPT image sizes are multiples of {PATCH} pixels, got {size}")
     grids = size // PATCH
@@ -113,7 +128,7 @@ def chameleon_pipeline(
     note = "" if vq_decoder is not None else "no vqgan.ckpt found: images are token palettes"
     return ModelBundle(
         "chameleon",
-        chameleon_adapter(hf, backend, release),
+        chameleon_adapter(hf, backend, release, backbone),
         layout,
         rows_encoder(encode, header),
         decode,
@@ -179,20 +194,68 @@ def size_from_name(path: Path) -> int | None:
     return None
 
 
+def meta_chameleon(path: Path, what: str):
+    """ChameleonForConditionalGeneration on the meta device: its config and image vocabulary mapping,
+    no weights (the streaming load fills our decoder instead; the VQGAN decoder is :mod:`.vq`'s)."""
+    from transformers import ChameleonConfig, ChameleonForConditionalGeneration
+
+    offline()
+    try:
+        config = ChameleonConfig.from_pretrained(str(path), local_files_only=True)
+    except Exception as e:
+        raise WeightsError(f"cannot read the {what} config in {path}: {e}") from e
+    with torch.device("meta"):
+        return ChameleonForConditionalGeneration(config).eval()
+
+
+def load_decoder(path: Path, dtype: torch.dtype, device: str | torch.device, quantize: str | None = None) -> nn.Module:
+    """Our decoder streamed from a Chameleon-format folder (:mod:`.stream`), configured by the parser the
+    memory plan uses; q/k norms stored per model-parallel shard are repeated over their heads."""
+    from .lumina2 import names, read_config
+
+    if not (path / "config.json").is_file():
+        raise WeightsError(f"{path} has no config.json: is it a Chameleon / Lumina-mGPT checkpoint folder?")
+    source = Checkpoint(path)
+    cfg = read_config(path)
+    cfg = replace(cfg, tie_embeddings=cfg.tie_embeddings or HEAD not in source)
+
+    def fix(key: str, t: torch.Tensor) -> torch.Tensor:
+        if ".attn.q_norm." in key or ".attn.k_norm." in key:
+            return per_head(t, cfg.n_heads if ".q_norm." in key else cfg.kv_heads, key)
+        return t
+
+    return stream_decoder(cfg, names(cfg), source, dtype, device, quantize, fix)
+
+
 def load_chameleon(
-    path: str | Path, device: str, what: str, trust_checkpoint: bool = False, dtype: torch.dtype | None = None
+    path: str | Path,
+    device: str,
+    what: str,
+    trust_checkpoint: bool = False,
+    backend: str = "ours",
+    dtype: torch.dtype | None = None,
+    quantize: str | None = None,
 ):
-    """(transformers model, tokenizer, VQGAN decoder or None) of a Chameleon-format directory."""
+    """(transformers model, tokenizer, VQGAN decoder or None, our decoder or None) of a Chameleon-format
+    directory. Ours: the transformers model is on the meta device (config and vocabulary only) and our
+    decoder is streamed, each linear quantized to ``quantize`` as it is filled; ``backend="transformers"``
+    loads transformers' whole model at ``dtype`` (default :func:`.base.default_dtype`)."""
     from transformers import ChameleonForConditionalGeneration
 
     from .vq import find_chameleon_vqgan, load_chameleon_vqgan
 
+    use_ours(backend)  # refuse a bad name before loading gigabytes
     path = require_dir(path, what)
-    hf = load_hf(ChameleonForConditionalGeneration, path, what, device, dtype, repair=expand_shard_norms)
+    dtype = dtype or default_dtype(device)
+    if backend == "transformers":
+        hf = load_hf(ChameleonForConditionalGeneration, path, what, device, dtype, repair=expand_shard_norms)
+        backbone = None
+    else:
+        hf, backbone = meta_chameleon(path, what), load_decoder(path, dtype, device, quantize)
     tok = load_tokenizer(path, what)
     ckpt = find_chameleon_vqgan(path)
     vq = load_chameleon_vqgan(ckpt, device, trust_checkpoint) if ckpt else None
-    return hf, tok, vq
+    return hf, tok, vq, backbone
 
 
 def load(
@@ -202,10 +265,14 @@ def load(
     trust_checkpoint: bool = False,
     backend: str = "ours",
     dtype: torch.dtype | None = None,
+    quantize: str | None = None,
 ) -> ModelBundle:
     """``size``: image side in pixels; by default the one the release name states, else 768.
-    ``backend``: see :mod:`.base`; with ours, transformers' decoder layers are dropped after conversion."""
-    use_ours(backend)  # refuse a bad name before loading gigabytes
-    hf, tok, vq = load_chameleon(path, device, "Chameleon / Lumina-mGPT", trust_checkpoint, dtype)
+    ``backend``, ``dtype``, ``quantize``: see :func:`load_chameleon`."""
+    if size is not None and size % PATCH:  # before reading gigabytes
+        raise ConfigError(f"Lumina-mGPT image sizes are multiples of {PATCH} pixels, got {size}")
+    hf, tok, vq, backbone = load_chameleon(
+        path, device, "Chameleon / Lumina-mGPT", trust_checkpoint, backend, dtype, quantize
+    )
     side = size or size_from_name(Path(path).expanduser()) or 768
-    return chameleon_pipeline(hf, tok, side, vq, backend, release=True)
+    return chameleon_pipeline(hf, tok, side, vq, backend, release=True, backbone=backbone)

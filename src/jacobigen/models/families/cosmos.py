@@ -39,7 +39,7 @@ from ...core.cache import KVCache
 from ...core.errors import ConfigError, WeightsError
 from ...core.layout import VideoLayout
 from ..bundle import ModelBundle, rows_encoder
-from ..transformer import NameMap, Transformer, TransformerConfig, rename_state, unrename_state
+from ..transformer import NameMap, Transformer, TransformerConfig, _names, unrename_state
 from .base import default_dtype, read_checkpoint
 from .cosmos_tokenizer import JitDecoder, find_decoder, preview
 
@@ -116,11 +116,27 @@ def names(c: CosmosConfig) -> NameMap:
     return {**NAMES, **QK_NAMES} if c.qk_norm else NAMES
 
 
-def from_checkpoint(state: dict[str, torch.Tensor], c: CosmosConfig) -> dict[str, torch.Tensor]:
-    """Cosmos' state dict (cleaned) as :class:`Cosmos`' (keys the map does not name keep theirs, and
-    fail the strict load)."""
-    ours, rest = rename_state(state, names(c), c.decoder(), "this Cosmos checkpoint")
-    return {**{BACKBONE + k: v for k, v in ours.items()}, **rest}
+def stream_checkpoint(
+    state: dict[str, torch.Tensor],
+    c: CosmosConfig,
+    path: Path,
+    dtype: torch.dtype,
+    device: str | torch.device,
+    quantize: str | None = None,
+) -> Cosmos:
+    """:class:`Cosmos` filled from its (cleaned, memory-mapped) state dict tensor by tensor
+    (:mod:`.stream`), each linear quantized to ``quantize`` as it is filled; a key the map does not
+    name is a WeightsError."""
+    from .stream import Tensors, fill
+
+    with torch.device("meta"):  # no random init of weights that are about to be replaced
+        model = Cosmos(c)
+    source = Tensors(state, path)
+    fill(model, [(BACKBONE + key, theirs) for _, key, theirs in _names(names(c), c.n_layers)], source, dtype, device,
+         quantize)  # fmt: skip
+    if source.unused():
+        raise WeightsError(f"{path}: keys do not match Cosmos' (unexpected {source.unused()[:3]})")
+    return model.eval()
 
 
 def to_checkpoint(model: Cosmos) -> dict[str, torch.Tensor]:
@@ -163,7 +179,7 @@ def rope_3d(positions: torch.Tensor, c: CosmosConfig, temporal, spatial, dtype) 
 
 class Cosmos(nn.Module):
     """The base Cosmos-1.0-Autoregressive transformer behind the decoders' model interface: our decoder
-    (``backbone``) with Cosmos' 3-D RoPE tables. Checkpoints load through :func:`from_checkpoint`."""
+    (``backbone``) with Cosmos' 3-D RoPE tables. Checkpoints load through :func:`stream_checkpoint`."""
 
     def __init__(self, c: CosmosConfig):
         super().__init__()
@@ -242,8 +258,11 @@ def config_from_state(state: dict, **over) -> CosmosConfig:
     return CosmosConfig(**sizes)
 
 
-def load_cosmos(path: Path, device: str = "cpu", dtype: torch.dtype | None = None) -> Cosmos:
-    """``model.pt`` (or a folder holding it) with an optional ``cosmos.json`` of config overrides."""
+def load_cosmos(
+    path: Path, device: str = "cpu", dtype: torch.dtype | None = None, quantize: str | None = None
+) -> Cosmos:
+    """``model.pt`` (or a folder holding it) with an optional ``cosmos.json`` of config overrides,
+    streamed from the memory-mapped file at ``dtype`` (default :func:`.base.default_dtype`)."""
     file = path / "model.pt" if path.is_dir() else path
     if not file.is_file():
         raise WeightsError(f"Cosmos weights not found: {file} (pass the model.pt or its folder)")
@@ -254,13 +273,7 @@ def load_cosmos(path: Path, device: str = "cpu", dtype: torch.dtype | None = Non
     except json.JSONDecodeError as e:
         raise ConfigError(f"{extra} is not valid JSON: {e}") from None
     cfg = config_from_state(state, **over)
-    with torch.device("meta"):  # no random init of weights that are about to be replaced
-        model = Cosmos(cfg)
-    missing, unexpected = model.load_state_dict(from_checkpoint(state, cfg), strict=False, assign=True)
-    if missing or unexpected:
-        raise WeightsError(f"{file}: keys do not match Cosmos' (missing {missing[:3]}, unexpected {unexpected[:3]})")
-    dtype = dtype or default_dtype(device)
-    return model.to(device=device, dtype=dtype).eval()
+    return stream_checkpoint(state, cfg, file, dtype or default_dtype(device), device, quantize)
 
 
 def save_config(model: Cosmos, directory: Path) -> None:
@@ -319,9 +332,11 @@ def cosmos_pipeline(model: Cosmos, decoder_path: Path | None = None, device: str
     )
 
 
-def load(path: str | Path, device: str = "cpu", dtype: torch.dtype | None = None) -> ModelBundle:
+def load(
+    path: str | Path, device: str = "cpu", dtype: torch.dtype | None = None, quantize: str | None = None
+) -> ModelBundle:
     """``--model cosmos:DIR`` (``DIR/model.pt``, its ``decoder.jit`` found beside it or in the
-    tokenizer's release folder next to it)."""
+    tokenizer's release folder next to it); ``dtype``, ``quantize``: see :func:`load_cosmos`."""
     p = Path(path).expanduser()
-    model = load_cosmos(p, device, dtype)
+    model = load_cosmos(p, device, dtype, quantize)
     return cosmos_pipeline(model, find_decoder(p if p.is_dir() else p.parent), device)

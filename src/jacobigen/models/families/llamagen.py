@@ -40,7 +40,7 @@ from ...core.layout import ImageLayout
 from ..bundle import ModelBundle, Prompts, palette_decode, rows_encoder
 from .base import default_dtype, read_checkpoint, require_dir, to_pil
 from .captions import llamagen_caption
-from .llamagen_model import Captioned, LlamaGen, LlamaGenConfig, from_checkpoint
+from .llamagen_model import Captioned, LlamaGen, LlamaGenConfig, stream_checkpoint
 
 SIZES = (256, 384, 448, 512)  # the --image-size choices of LlamaGen's scripts
 DOWNSAMPLE = 16  # VQ-16: pixels per token side
@@ -120,8 +120,15 @@ def read_state(path: Path, trust: bool = False) -> tuple[dict, dict]:
 
 
 def load_llamagen(
-    path: Path, device: str = "cpu", dtype: torch.dtype | None = None, trust_checkpoint: bool = False, **over
+    path: Path,
+    device: str = "cpu",
+    dtype: torch.dtype | None = None,
+    trust_checkpoint: bool = False,
+    quantize: str | None = None,
+    **over,
 ) -> LlamaGen:
+    """The GPT of a checkpoint file, streamed from its memory-mapped tensors (:func:`stream_checkpoint`)
+    at ``dtype`` (default :func:`.base.default_dtype`), each decoder linear quantized to ``quantize``."""
     state, args = read_state(path, trust_checkpoint)
     cfg_file = path.parent / "llamagen.json"
     if cfg_file.is_file():
@@ -129,16 +136,12 @@ def load_llamagen(
         over = {**{k: v for k, v in json.loads(cfg_file.read_text()).items() if k in known}, **over}
     try:
         cfg = config_from_state(state, path.name, args, **over)
-        with torch.device("meta"):  # no random init of weights that are about to be replaced
-            model = LlamaGen(cfg)
         state = {k: v for k, v in state.items() if k.split(".")[-1] != "freqs_cis"}  # rebuilt from the grid
-        model.load_state_dict(from_checkpoint(state, cfg), strict=True, assign=True)
+        return stream_checkpoint(state, cfg, path, dtype or default_dtype(device), device, quantize)
     except (WeightsError, ConfigError):
         raise
     except Exception as e:
         raise WeightsError(f"{path} is not a LlamaGen GPT checkpoint: {e}") from e
-    dtype = dtype or default_dtype(device)
-    return model.to(device=device, dtype=dtype).eval()
 
 
 def save_config(model: LlamaGen, directory: Path) -> None:
@@ -223,15 +226,16 @@ def load(
     size: int | None = None,
     trust_checkpoint: bool = False,
     dtype: torch.dtype | None = None,
+    quantize: str | None = None,
 ) -> ModelBundle:
     """``path``: a GPT checkpoint file, or a directory holding exactly one (c2i_*/t2i_* .pt or
     .safetensors). Beside it: the VQ of the same task (``vq_ds16_c2i.pt`` or ``vq_ds16_t2i.pt``) and,
     for t2i, FLAN-T5-XL in ``t5``/``flan-t5-xl``/``t5-ckpt/flan-t5-xl``. ``size``: image side in
-    pixels, for a checkpoint that does not tell it."""
+    pixels, for a checkpoint that does not tell it. ``dtype``, ``quantize``: see :func:`load_llamagen`."""
     ckpt = gpt_checkpoint(Path(path).expanduser())
     root = ckpt.parent
     over = {"block_size": (size // DOWNSAMPLE) ** 2} if size else {}
-    model = load_llamagen(ckpt, device, dtype, trust_checkpoint=trust_checkpoint, **over)
+    model = load_llamagen(ckpt, device, dtype, trust_checkpoint, quantize, **over)
     from .vq import load_llamagen_vq
 
     kind = model.config.model_type

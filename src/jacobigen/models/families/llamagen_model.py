@@ -16,14 +16,15 @@ are q.k, unchanged when q and k are reordered alike); v and the output projectio
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from ...core.cache import KVCache
-from ...core.errors import ConfigError
-from ..transformer import NameMap, Transformer, TransformerConfig, rename_state, unrename_state
+from ...core.errors import ConfigError, WeightsError
+from ..transformer import NameMap, Transformer, TransformerConfig, _names, unrename_state
 
 
 @dataclass(frozen=True)
@@ -109,15 +110,29 @@ def _pairs_to_halves(c: LlamaGenConfig) -> torch.Tensor:
     return torch.cat([qk, torch.arange(qk.numel(), (c.n_head + 2 * c.kv_heads) * hd)])
 
 
-def from_checkpoint(state: dict[str, torch.Tensor], c: LlamaGenConfig) -> dict[str, torch.Tensor]:
-    """LlamaGen's state dict (without ``freqs_cis``) as :class:`LlamaGen`'s; keys the map does not name
-    (the condition embedding's) keep their names."""
-    ours, rest = rename_state(state, NAMES, c.decoder(), "this LlamaGen checkpoint")
+def stream_checkpoint(
+    state: dict[str, torch.Tensor],
+    c: LlamaGenConfig,
+    path: Path,
+    dtype: torch.dtype,
+    device: str | torch.device,
+    quantize: str | None = None,
+) -> LlamaGen:
+    """:class:`LlamaGen` filled from LlamaGen's (memory-mapped) state dict without ``freqs_cis``, tensor
+    by tensor (:mod:`.stream`): each q/k head's rows reordered as its q/k/v weight is read, each linear
+    of the decoder quantized to ``quantize`` as it is filled; a key nothing reads is a WeightsError."""
+    from .stream import Tensors, fill, stream_module
+
+    with torch.device("meta"):  # no random init of weights that are about to be replaced
+        model = LlamaGen(c)
     order = _pairs_to_halves(c)
-    for i in range(c.n_layer):
-        key = f"layers.{i}.attn.qkv.weight"
-        ours[key] = ours[key][order]
-    return {**{BACKBONE + k: v for k, v in ours.items()}, **rest}
+    source = Tensors(state, path, lambda key, t: t[order] if key.endswith(".attention.wqkv.weight") else t)
+    entries = [(BACKBONE + key, theirs) for _, key, theirs in _names(NAMES, c.n_layer)]
+    fill(model, entries, source, dtype, device, quantize)
+    stream_module(model.cls_embedding, "cls_embedding.", source, dtype, device)
+    if source.unused():
+        raise WeightsError(f"{path} holds tensors a LlamaGen GPT does not, e.g. {source.unused()[:3]}")
+    return model.eval()
 
 
 def to_checkpoint(model: LlamaGen) -> dict[str, torch.Tensor]:
@@ -181,7 +196,7 @@ class LlamaGen(nn.Module):
     (``backbone``: its ``embed`` and ``head`` are LlamaGen's code embedding and output). The grid index
     of an image token is its position minus its row's prompt length: the decoders pass ``prompt_len``
     [R] (``needs_prompt_len``); without it, the block's condition tokens are counted (a prefill or an
-    uncached forward). Checkpoints load through :func:`from_checkpoint`."""
+    uncached forward). Checkpoints load through :func:`stream_checkpoint`."""
 
     needs_prompt_len = True
 

@@ -54,10 +54,9 @@ VQ_PLACES = (
 # --- the decoder -----------------------------------------------------------------------------------
 
 
-def read_config(path: Path) -> TransformerConfig:
-    """Our decoder's config from the folder's ``config.json``: a file that is not a JSON object in
-    UTF-8 is a :class:`WeightsError` naming it, before any weight is read."""
-    file = path / "config.json"
+def read_json(file: Path) -> dict:
+    """A checkpoint's ``config.json`` as a dict: a file that is not a JSON object in UTF-8 is a
+    :class:`WeightsError` naming it, before any weight is read (the loaders and the memory plan)."""
     try:
         raw = json.loads(file.read_bytes().decode("utf-8"))
     except OSError as e:
@@ -65,10 +64,15 @@ def read_config(path: Path) -> TransformerConfig:
     except UnicodeDecodeError as e:
         raise WeightsError(f"{file} is not UTF-8 (byte 0x{e.object[e.start]:02x} at offset {e.start})") from None
     except (ValueError, RecursionError) as e:  # JSONDecodeError, or nesting too deep
-        raise WeightsError(f"{file} is not JSON ({e}): is it a Lumina-mGPT 2.0 config?") from None
+        raise WeightsError(f"{file} is not JSON ({e}): is it the checkpoint's config?") from None
     if not isinstance(raw, dict):
-        raise WeightsError(f"{file} holds a JSON {type(raw).__name__}, not an object: is it a Lumina-mGPT 2.0 config?")
-    return config_from_json(raw, str(file))
+        raise WeightsError(f"{file} holds a JSON {type(raw).__name__}, not an object: is it the checkpoint's config?")
+    return raw
+
+
+def read_config(path: Path) -> TransformerConfig:
+    """Our decoder's config from the folder's ``config.json``."""
+    return config_from_json(read_json(path / "config.json"), str(path / "config.json"))
 
 
 def _whole(raw: dict, key: str, what: str, default: int | None = None) -> int:

@@ -113,10 +113,58 @@ class Checkpoint:
         return self.read_into(key, torch.empty(shape, dtype=dtype))
 
 
-def place(model: nn.Module, key: str, tensor: torch.Tensor, shape: torch.Size) -> None:
-    """Set parameter ``key`` of ``model`` (on the meta device until now) to ``tensor``."""
+class Tensors:
+    """A state dict of a ``.pt`` file loaded memory-mapped (``torch.load(..., mmap=True)``: a tensor's pages
+    are read when it is used) behind :class:`Checkpoint`'s interface, so that :func:`fill` streams it
+    the same way. ``prepare(their key, tensor)``: a family's re-layout of a stored tensor (one tensor
+    at a time); :meth:`unused` names the keys no entry read, for a strict load."""
+
+    def __init__(self, state: dict[str, torch.Tensor], path: Path, prepare: Fix | None = None):
+        self.state, self.path, self.prepare = state, path, prepare
+        self.used: set[str] = set()
+
+    def __contains__(self, key: str) -> bool:
+        return key in self.state
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.state)
+
+    def entry(self, key: str, what: str = "the checkpoint") -> tuple[torch.dtype, tuple[int, ...]]:
+        t = self.state.get(key)
+        if not isinstance(t, torch.Tensor):
+            raise WeightsError(f"{what} {self.path} has no tensor {key}: is it a checkpoint of this family and config?")
+        return t.dtype, tuple(t.shape)
+
+    def _get(self, key: str) -> torch.Tensor:
+        self.entry(key)
+        self.used.add(key)
+        return self.prepare(key, self.state[key]) if self.prepare else self.state[key]
+
+    def read(self, key: str, what: str = "the checkpoint") -> torch.Tensor:
+        t = self._get(key)
+        for chunk in t.reshape(-1).split(FINITE_CHUNK):
+            check_finite({key: chunk}, self.path)
+        return t
+
+    def read_into(self, key: str, out: torch.Tensor, rows: tuple[int, int] | None = None) -> torch.Tensor:
+        t = self._get(key)
+        t = t[rows[0] : rows[1]] if rows else t
+        if tuple(out.shape) != tuple(t.shape):
+            raise WeightsError(f"{key} has shape {tuple(t.shape)} in {self.path}, the model needs {tuple(out.shape)}")
+        for chunk in t.reshape(-1).split(FINITE_CHUNK):
+            check_finite({key: chunk}, self.path)
+        return out.copy_(t)
+
+    def unused(self) -> list[str]:
+        return [k for k in self.state if k not in self.used]
+
+
+def place(model: nn.Module, key: str, tensor: torch.Tensor, shape: torch.Size, theirs: str | None = None) -> None:
+    """Set parameter ``key`` of ``model`` (on the meta device until now) to ``tensor`` (``theirs``: its
+    name in the checkpoint, for the error)."""
     if tensor.shape != shape:
-        raise WeightsError(f"{key} has shape {tuple(tensor.shape)} in the checkpoint, the config needs {tuple(shape)}")
+        name = theirs or key
+        raise WeightsError(f"{name} has shape {tuple(tensor.shape)} in the checkpoint, the config needs {tuple(shape)}")
     owner, _, name = key.rpartition(".")
     module = model.get_submodule(owner)
     module._parameters[name] = nn.Parameter(tensor, requires_grad=False)
@@ -160,7 +208,7 @@ def fill(
         else:
             out = source.read(theirs)
             out = (fix(key, out) if fix else out).to(device=device, dtype=dtype)
-        place(model, key, out, shape)
+        place(model, key, out, shape, theirs if isinstance(theirs, str) else None)
         if quantize and linear and quantized_as(owner) is None:
             quantize_linear(owner, quantize)
 

@@ -135,6 +135,17 @@ def find_chameleon_vqgan(root: Path) -> Path | None:
     return None
 
 
+def chameleon_vqgan_bytes(root: Path) -> int:
+    """Bytes of the VQGAN decoder :func:`load_chameleon_vqgan` keeps (float32), from the memory-mapped
+    file (the memory plan counts it; the encoder is never read)."""
+    ckpt = find_chameleon_vqgan(root)
+    if ckpt is None:
+        return 0
+    state = torch.load(str(ckpt), map_location="cpu", weights_only=True, mmap=True)
+    state = state.get("state_dict", state)
+    return sum(v.numel() * 4 for k, v in state.items() if taming_to_janus_key(k, 1))
+
+
 def taming_to_janus_key(k: str, levels: int) -> str | None:
     handled, mapped = _shared_key(k)
     if handled:
