@@ -59,16 +59,19 @@ def test_the_loading_line_names_the_dtype_its_figure_counts(quantize, dtype):
     shape = memory.named("lumina-mgpt-7b")
     p = memory.plan(shape, device="cuda", dtype=dtype, quantize=quantize, free=None)
     loads = torch.bfloat16 if quantize == "int4" else dtype  # int4 runs in bf16: the weights load so
-    assert p.peak_loading == memory.weight_bytes(shape, loads)
-    assert f"{memory.size(p.peak_loading)}  (the weights load at {str(loads)[6:]}, then" in p.text()
+    assert p.weights == memory.weight_bytes(shape, loads, quantize)
+    assert p.peak_loading == p.weights + memory.load_transient(shape, loads, quantize)
+    assert f"load peak    {memory.size(p.peak_loading):>10}  (the weights + " in p.text()
+    assert "its layer quantized" in p.text()
 
 
 def test_a_refusal_says_quantized_only_when_something_is():
     shape = memory.named("lumina-mgpt-7b")
     plain = memory.plan(shape, dtype=torch.bfloat16, free=2**30).refusal()
-    assert "its weights load at bfloat16 (13.1 GiB), and 1.0 GiB is free" in plain and "quantiz" not in plain
+    assert "its load peaks at" in plain and "1.0 GiB is free" in plain and "quantized" not in plain
+    assert "try --quantize int8" in plain  # the way to fit is named
     int8 = memory.plan(shape, dtype=torch.bfloat16, quantize="int8", free=2**30).refusal()
-    assert "(13.1 GiB) before they are quantized" in int8
+    assert "its load peaks at" in int8 and "--quantize int8" not in int8
 
 
 def test_ar_is_planned_at_its_own_window():
