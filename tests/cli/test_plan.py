@@ -8,7 +8,7 @@ from click.testing import CliRunner
 from jacobigen.cli import main
 from jacobigen.core.errors import ConfigError
 from jacobigen.core.limits import MEMORY_ENV, memory_override
-from jacobigen.models import memory
+from jacobigen.models import memory, shapes
 
 
 @pytest.fixture
@@ -56,7 +56,7 @@ def test_int4_off_cuda_is_refused_by_the_plan_as_by_generate(command):
 @pytest.mark.parametrize("quantize", ["int8", "int4"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_the_loading_line_names_the_dtype_its_figure_counts(quantize, dtype):
-    shape = memory.named("lumina-mgpt-7b")
+    shape = shapes.named("lumina-mgpt-7b")
     p = memory.plan(shape, device="cuda", dtype=dtype, quantize=quantize, free=None)
     loads = torch.bfloat16 if quantize == "int4" else dtype  # int4 runs in bf16: the weights load so
     assert p.weights == memory.weight_bytes(shape, loads, quantize)
@@ -66,7 +66,7 @@ def test_the_loading_line_names_the_dtype_its_figure_counts(quantize, dtype):
 
 
 def test_a_refusal_says_quantized_only_when_something_is():
-    shape = memory.named("lumina-mgpt-7b")
+    shape = shapes.named("lumina-mgpt-7b")
     plain = memory.plan(shape, dtype=torch.bfloat16, free=2**30).refusal()
     assert "its load peaks at" in plain and "1.0 GiB is free" in plain and "quantized" not in plain
     assert "try --quantize int8" in plain  # the way to fit is named

@@ -42,14 +42,15 @@ def plan_command(model_spec, shapes, list_shapes, quantize, dtype, device, windo
     from ..core.quantize import check_mode
     from ..models import memory
     from ..models.load import check_dtype, default_dtype, parse_device
+    from ..models.shapes import SHAPES, named
 
     if list_shapes:
-        for s in memory.SHAPES.values():
+        for s in SHAPES.values():
             click.echo(f"{s.name:22} {s.parameters / 1e9:6.2f} B  {s.note}")
         return
     if model_spec and shapes:
         raise click.UsageError("give --shape or --model, not both")
-    chosen = list(memory.SHAPES.values()) if "all" in shapes else [memory.named(n) for n in shapes]
+    chosen = list(SHAPES.values()) if "all" in shapes else [named(n) for n in shapes]
     if model_spec:
         found = memory.shape_of(model_spec)
         if found is None:

@@ -371,11 +371,18 @@ def shape_of(spec: str) -> Shape | None:
     return family_shape(spec, name, folder, size)
 
 
+def lumina_tokens(side: int) -> int:
+    """Lumina-mGPT's image tokens at ``side`` pixels: rows of 2 codes per 32 px, each with its
+    end-of-line, then end-of-image."""
+    g = side // 16
+    return g * (g + 1) + 1
+
+
 def family_shape(spec: str, name: str, folder: Path, size: int) -> Shape:
     """The shape of the model the family's loader builds from ``folder``: its decoder config through
     the loaders' own parser (a config our decoder cannot build is a ConfigError), Janus' image parts
     as the meta-device model its streaming load fills, Lumina-mGPT 2.0's MoVQGAN at float32."""
-    from .families.lumina2 import config_from_json, read_json
+    from .families.chameleon_config import config_from_json, read_json
     from .families.stream import Checkpoint
     from .transformer import check_config
 
@@ -389,7 +396,7 @@ def family_shape(spec: str, name: str, folder: Path, size: int) -> Shape:
     if name == "chameleon":
         from .families.chameleon import size_from_name
 
-        tokens = _lumina_side(size or size_from_name(folder) or 768)
+        tokens = lumina_tokens(size or size_from_name(folder) or 768)
     elif name in ("lumina2", "emu3"):  # 8 px per code, an end-of-line token per row
         g = (size or (768 if name == "lumina2" else 720)) // 8
         tokens = g * (g + 1) + 1
@@ -440,6 +447,3 @@ def _safetensors_config(path: Path):
             return TransformerConfig(**json.loads(f.metadata()["config"]))
     except Exception:
         return None
-
-
-from .shapes import SHAPES, _lumina_side, named  # noqa: E402, F401  (the named shapes build on Shape above)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ..core.errors import ConfigError
-from .memory import Shape
+from .memory import Shape, lumina_tokens
 
 
 def _llama(name, dim, layers, heads, kv, hidden, vocab, image, **kw) -> Shape:
@@ -27,11 +27,6 @@ def _janus(name: str, dim: int, layers: int, heads: int, hidden: int) -> Shape:
         extra_linear=((dim, 8), (dim, dim), (dim, dim), (codes, dim)), extra_params=codes * 8,
         note=f"Janus-Pro-{name.split('-')[-1].upper()}: 384 px, 24 x 24 codes",
     )  # fmt: skip
-
-
-def _lumina_side(side: int) -> int:
-    g = side // 16
-    return g * (g + 1) + 1  # rows of 2 tokens per 32 px, each with its end-of-line, then end-of-image
 
 
 def _llamagen(name: str, dim: int, layers: int, heads: int, grid: int) -> Shape:
@@ -55,11 +50,11 @@ def _llamagen(name: str, dim: int, layers: int, heads: int, grid: int) -> Shape:
 SHAPES: dict[str, Shape] = {
     s.name: s
     for s in [
-        _llama("lumina-mgpt-7b", 4096, 32, 32, 32, 11008, 65536, _lumina_side(768), qk_norm=True,
+        _llama("lumina-mgpt-7b", 4096, 32, 32, 32, 11008, 65536, lumina_tokens(768), qk_norm=True,
                note="Lumina-mGPT-7B-768 (Chameleon-7B's stack), 768 px: 48 x 48 codes + end-of-line tokens"),
-        _llama("lumina-mgpt-7b-1024", 4096, 32, 32, 32, 11008, 65536, _lumina_side(1024), qk_norm=True,
+        _llama("lumina-mgpt-7b-1024", 4096, 32, 32, 32, 11008, 65536, lumina_tokens(1024), qk_norm=True,
                note="Lumina-mGPT-7B-1024, 1024 px"),
-        _llama("lumina-mgpt-34b", 8192, 48, 64, 8, 22016, 65536, _lumina_side(512), qk_norm=True,
+        _llama("lumina-mgpt-34b", 8192, 48, 64, 8, 22016, 65536, lumina_tokens(512), qk_norm=True,
                note="Lumina-mGPT-34B-512 (Chameleon-34B's stack), 512 px"),
         _llama("anole-7b", 4096, 32, 32, 32, 11008, 65536, 1025, qk_norm=True,
                note="Anole-7b: 32 x 32 codes, no end-of-line tokens"),

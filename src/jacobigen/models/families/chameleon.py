@@ -211,7 +211,7 @@ def meta_chameleon(path: Path, what: str):
 def load_decoder(path: Path, dtype: torch.dtype, device: str | torch.device, quantize: str | None = None) -> nn.Module:
     """Our decoder streamed from a Chameleon-format folder (:mod:`.stream`), configured by the parser the
     memory plan uses; q/k norms stored per model-parallel shard are repeated over their heads."""
-    from .lumina2 import names, read_config
+    from .chameleon_config import names, read_config
 
     if not (path / "config.json").is_file():
         raise WeightsError(f"{path} has no config.json: is it a Chameleon / Lumina-mGPT checkpoint folder?")
