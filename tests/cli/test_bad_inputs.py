@@ -350,3 +350,14 @@ def test_errors_page_lists_every_case():
 
 if __name__ == "__main__":
     print(table())
+
+
+def test_a_reader_that_leaves_early_is_not_an_error():
+    """`jacobigen plan ... | head -1`: the pipe closes while plan writes; no 'unexpected BrokenPipeError'."""
+    import subprocess
+    import sys
+
+    cmd = f"{sys.executable} -m jacobigen.cli plan --shape all --table --quantize int8 | true"
+    for _ in range(2):  # `true` leaves before plan writes a byte
+        out = subprocess.run(["bash", "-o", "pipefail", "-c", cmd], capture_output=True, text=True, timeout=60)
+        assert "unexpected" not in out.stderr and "Traceback" not in out.stderr, out.stderr

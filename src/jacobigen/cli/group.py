@@ -60,6 +60,14 @@ def _out_of_memory(e: Exception) -> str | None:
     return "" if isinstance(e, MemoryError) else None
 
 
+def _quiet_stdout() -> None:
+    """Point stdout at /dev/null so that Python's flush at exit does not raise a second broken pipe."""
+    import os
+    import sys
+
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
+
 class Main(click.Group):
     """Turns every error into one line, unless ``--debug``."""
 
@@ -70,6 +78,9 @@ class Main(click.Group):
                 return super().invoke(ctx)
             except (click.ClickException, click.exceptions.Exit, click.Abort):
                 raise
+            except BrokenPipeError:  # the reader left (`jacobigen plan ... | head`): nothing more to say
+                _quiet_stdout()
+                ctx.exit(141)  # as a shell reports a process ended by SIGPIPE
             except Exception as e:
                 if ctx.params.get("debug"):
                     raise
