@@ -26,6 +26,7 @@ def parsed(**body):
         ({"top_k": 0}, "top_k", "top_k"),
         ({"cfg": "high"}, "cfg", "cfg scale"),
         ({"seed": -1}, "seed", "seed"),
+        ({"seed": "x"}, "seed", "seed must be an integer in [0, 4294967295], got 'x'"),  # the range, no stray space
         ({"seed": 2**32 - 1, "n": 2}, "seed", "largest seed"),
         ({"size": "1024x1024"}, "size", "64x64"),
         ({"response_format": "url"}, "response_format", "b64_json"),

@@ -148,7 +148,7 @@ class Body(BaseModel):
     @field_validator("seed")
     @classmethod
     def _seed(cls, seed, info: ValidationInfo) -> list[int]:
-        return _library(lambda v: image_seeds(integer("seed", v), info.data.get("n", 1)), seed)
+        return _library(lambda v: image_seeds(v, info.data.get("n", 1)), seed)
 
     @field_validator(*SAMPLING)
     @classmethod
