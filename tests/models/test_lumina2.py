@@ -15,6 +15,7 @@ from jacobigen import METHODS, ConfigError, WeightsError, generate
 from jacobigen.cli import main
 from jacobigen.models import load_bundle
 from jacobigen.models.families import lumina2 as L
+from jacobigen.models.families.chameleon_config import config_from_json
 from jacobigen.models.movqgan import MoVQConfig, config_from_state, load_movqgan
 from tests.helpers import family_models as fm
 from tests.helpers import lumina2_models as lm
@@ -77,14 +78,14 @@ def test_the_loaded_model_keeps_the_contract(bundle):
 
 def test_config_json_sets_the_decoder_and_refuses_what_it_does_not_compute(release):
     raw = json.loads((release[0] / "config.json").read_text())
-    cfg = L.config_from_json(raw)
+    cfg = config_from_json(raw)
     assert (cfg.dim, cfg.n_layers, cfg.n_heads, cfg.kv_heads, cfg.hidden_dim) == (32, 2, 4, 2, 64)
     assert cfg.rope_theta == 5e5 and cfg.qk_norm == "chameleon" and cfg.max_seq_len == 10240
     five = {k: v for k, v in raw.items() if k != "rope_theta"} | {"rope_parameters": {"rope_theta": 3.0}}
-    assert L.config_from_json(five).rope_theta == 3.0  # transformers 5 writes RoPE this way
+    assert config_from_json(five).rope_theta == 3.0  # transformers 5 writes RoPE this way
     for bad in ({"rope_scaling": {"type": "linear", "factor": 2.0}}, {"attention_bias": True}, {"hidden_act": "gelu"}):
         with pytest.raises(ConfigError, match=next(iter(bad))):
-            L.config_from_json(raw | bad)
+            config_from_json(raw | bad)
 
 
 # --- the image tokenizer ----------------------------------------------------------------------------
@@ -338,7 +339,7 @@ def tiny_lumina2():
         rope_theta=5e5,
     )
     torch.manual_seed(2)
-    model = Transformer(L.config_from_json(raw)).randomize_()
+    model = Transformer(config_from_json(raw)).randomize_()
     with torch.no_grad():
         model.head.weight.mul_(0.3)  # cfg 4 sharpens: keep a few hundred sequences likely
     lay = L.lumina2_layout(2, 3, {"eol": 3, "end": 4}, offset=9, codes=3, header=(2, 13, 13))
