@@ -33,14 +33,16 @@ from pathlib import Path
 
 import torch
 
+from jacobigen.models.releases import JANUS_TEXT, RELEASES
+
+# the published shapes come from jacobigen.models.releases (what `jacobigen plan --shape` plans); the
+# tiny ones are the test suite's
 SHAPES = {
     "janus": {
         # transformers' JanusConfig defaults are Janus-Pro-1B's vision and VQ parts (SigLIP-L 384 px,
         # the 16,384-code VQ); the language models are DeepSeek-LLM-1.5B / -7B
-        "janus-pro-1b": dict(text=dict(hidden_size=2048, intermediate_size=5632, num_hidden_layers=24,
-                                       num_attention_heads=16, num_key_value_heads=16)),
-        "janus-pro-7b": dict(text=dict(hidden_size=4096, intermediate_size=11008, num_hidden_layers=30,
-                                       num_attention_heads=32, num_key_value_heads=32)),
+        "janus-pro-1b": dict(text=RELEASES["janus-pro-1b"].config["text_config"]),
+        "janus-pro-7b": dict(text=RELEASES["janus-pro-7b"].config["text_config"]),
         "tiny": dict(text=dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
                                num_key_value_heads=2),
                      vision=dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, image_size=64,
@@ -51,8 +53,7 @@ SHAPES = {
     "lumina2": {
         # Lumina-mGPT 2.0: Chameleon-7B's stack over a 172,032-id vocabulary (Qwen's text ids, then
         # MoVQGAN's 16,384 codes from 155,000), q/k norms stored per model-parallel shard
-        "lumina2-7b": dict(hidden_size=4096, intermediate_size=11008, num_hidden_layers=32, num_attention_heads=32,
-                           num_key_value_heads=32, vocab_size=172032, movq="270M"),
+        "lumina2-7b": dict(RELEASES["lumina2-7b"].config, movq="270M"),
         "tiny": dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
                      num_key_value_heads=2, vocab_size=171392, movq="tiny"),
         # the suite's load-peak test: embedding and head (88 MB each in bf16) dwarf the process' noise
@@ -63,8 +64,7 @@ SHAPES = {
         # Lumina-mGPT-7B-768 (Alpha-VLLM): Chameleon-7B's stack, 65,536 ids of which 8,192 VQGAN codes
         # (ids 4..8195), positions for a 1024-px image, q/k norms per model-parallel shard; Chameleon's
         # VQGAN (ddconfig z 256, ch 128, ch_mult 1,1,2,2,4, 2 res blocks) in tokenizer/vqgan.ckpt
-        "lumina-mgpt-7b": dict(hidden_size=4096, intermediate_size=11008, num_hidden_layers=32, num_attention_heads=32,
-                               num_key_value_heads=32, vocab_size=65536, max_position_embeddings=10240,
+        "lumina-mgpt-7b": dict(RELEASES["lumina-mgpt-7b"].config,
                                vq=dict(z=256, ch=128, mult=(1, 1, 2, 2, 4), blocks=2, embed=256)),
         "tiny": dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
                      num_key_value_heads=2, vocab_size=8400, max_position_embeddings=4096,
@@ -76,15 +76,15 @@ SHAPES = {
     "llamagen": {
         # LlamaGen c2i GPT-XL at 384 px (c2i_XL_384.pt, float32 as released): 36 layers of 1280, 20 heads,
         # 16,384 VQ codes, 1000 classes + the null label; its VQ-16 (vq_ds16_c2i.pt) beside it
-        "llamagen-xl": dict(name="XL", dim=1280, n_layer=36, n_head=20, size=384, classes=1000,
-                            vq=dict(z=256, ch=128, mult=(1, 1, 2, 2, 4), blocks=2, embed=8)),
+        "llamagen-xl": dict(name="XL", **RELEASES["llamagen-xl-384"].config, size=RELEASES["llamagen-xl-384"].size,
+                            classes=1000, vq=dict(z=256, ch=128, mult=(1, 1, 2, 2, 4), blocks=2, embed=8)),
         "tiny": dict(name="tiny", dim=64, n_layer=2, n_head=4, size=64, classes=10,
                      vq=dict(z=32, ch=32, mult=(1, 1, 2, 2, 4), blocks=1, embed=8)),
     },
     "cosmos": {
         # Cosmos-1.0-Autoregressive-4B (model.pt, bf16): 16 layers of 4096, 32 heads of 128, 8 K/V heads,
         # MLP 14336, 64,000 FSQ codes, per-head q/k RMSNorm; no decoder.jit (clips preview the codes)
-        "cosmos-4b": dict(dim=4096, n_layers=16, n_heads=32, n_kv_heads=8, head_dim=128, ffn=14336, vocab=64000),
+        "cosmos-4b": dict(release="cosmos-4b"),
         "tiny": dict(dim=48, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=12, ffn=96, vocab=64000,
                      latent_shape=[3, 2, 3]),
     },
@@ -92,8 +92,9 @@ SHAPES = {
         # Emu3-Gen (BAAI/Emu3-Gen-hf): transformers' Emu3Config defaults are its published shape (text model
         # 32 layers of 4096, 8 K/V heads, MLP 14336, 184,622 ids whose last 32,768 are visual tokens; the
         # 32,768-code temporal VQ-VAE), stored as text_model.model.*, text_model.lm_head, vqmodel.*
-        "emu3-gen": dict(text={}, vq={}, ids=dict(pad=151643, eol=151846, eof=151847, bos=151849, eos=151850,
-                                                  boi=151851, eoi=151852, wrapper=151853)),
+        "emu3-gen": dict(text=RELEASES["emu3-gen"].config.get("text_config", {}), vq={},
+                         ids=dict(pad=151643, eol=151846, eof=151847, bos=151849, eos=151850,
+                                  boi=151851, eoi=151852, wrapper=151853)),
         "tiny": dict(text=dict(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                                num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512),
                      vq=dict(codebook_size=64, embed_dim=4, latent_channels=4, base_channels=32,
@@ -215,8 +216,7 @@ def vq_state(vq, levels: int, taming: bool) -> dict[str, torch.Tensor]:
 def janus(spec: dict, out: Path, seed: int, shard_gb: float) -> None:
     from transformers import GenerationConfig, JanusConfig, JanusForConditionalGeneration
 
-    text = dict(model_type="llama", vocab_size=102400, max_position_embeddings=16384, pad_token_id=100015,
-                bos_token_id=100000, eos_token_id=100001, rms_norm_eps=1e-6, tie_word_embeddings=False)  # fmt: skip
+    text = dict(JANUS_TEXT)
     tiny = "vq" in spec  # the suite's shape: a vocabulary of 64 ids
     if tiny:
         text.update(vocab_size=64, max_position_embeddings=256, pad_token_id=0, bos_token_id=1, eos_token_id=2)
@@ -259,7 +259,8 @@ def lumina2(spec: dict, out: Path, seed: int, shard_gb: float) -> None:
     config = dict(architectures=["ChameleonForConditionalGeneration"], model_type="chameleon", hidden_act="silu",
                   max_position_embeddings=10240, rms_norm_eps=1e-5, rope_theta=10000.0, rope_scaling=None,
                   model_parallel_size=1, swin_norm=False, tie_word_embeddings=False, attention_bias=False,
-                  qk_layernorms=True, torch_dtype="bfloat16", **spec)  # fmt: skip
+                  qk_layernorms=True, torch_dtype="bfloat16")  # fmt: skip
+    config.update(spec)
     (out / "config.json").write_text(json.dumps(config, indent=2))
     # the ids Lumina-mGPT 2.0's inference code reads (its Qwen tokenizer's EOS and image specials)
     vocab = {"<unk>": 0, "<|endoftext|>": 151643, IMAGE_START: 151665, IMAGE_END: 151666, NEW_LINE: 151670,
@@ -294,7 +295,8 @@ def chameleon(spec: dict, out: Path, seed: int, shard_gb: float) -> None:
     config = dict(architectures=["ChameleonXLLMXForConditionalGeneration"], model_type="chameleon",
                   hidden_act="silu", rms_norm_eps=1e-5, rope_theta=10000.0, rope_scaling=None, model_parallel_size=1,
                   swin_norm=False, qk_layernorm=True, attention_bias=False, tie_word_embeddings=False, bos_token_id=0,
-                  pad_token_id=1, eos_token_id=2, torch_dtype="bfloat16", vocabulary_map=vocab_map, **spec)  # fmt: skip
+                  pad_token_id=1, eos_token_id=2, torch_dtype="bfloat16", vocabulary_map=vocab_map)  # fmt: skip
+    config.update(spec)
     if arch:
         config["vq_config"] = dict(embed_dim=arch["embed"], num_embeddings=codes, latent_channels=arch["z"],
                                    base_channels=arch["ch"], channel_multiplier=list(arch["mult"]),
@@ -344,6 +346,12 @@ def llamagen(spec: dict, out: Path, seed: int, shard_gb: float) -> None:
 def cosmos(spec: dict, out: Path, seed: int, shard_gb: float) -> None:
     """Cosmos' ``model.pt``: its state dict under ``model.``, bf16; ``cosmos.json`` for a latent shape
     other than the release's."""
+    if "release" in spec:  # a published shape: its config as jacobigen.models.releases states it
+        from jacobigen.models.families.cosmos import CosmosConfig
+
+        c = CosmosConfig(**RELEASES[spec["release"]].config)
+        spec = dict(dim=c.dim, n_layers=c.n_layers, n_heads=c.n_heads, n_kv_heads=c.n_kv_heads, head_dim=c.hd,
+                    ffn=c.ffn_dim, vocab=c.vocab_size)  # fmt: skip
     dim, hd, heads, kv, ffn = (spec[k] for k in ("dim", "head_dim", "n_heads", "n_kv_heads", "ffn"))
     tensors = [("model.tok_embeddings.weight", (spec["vocab"], dim))]
     for i in range(spec["n_layers"]):

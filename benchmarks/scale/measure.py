@@ -69,10 +69,10 @@ def force_dtype(dtype: torch.dtype) -> None:
 
 
 def load(spec: str, quantize: str | None) -> tuple[object, dict]:
-    from jacobigen.models import memory
+    from jacobigen.models import memory, shapes
     from jacobigen.models.load import load_bundle
 
-    shape = memory.shape_of(spec)
+    shape = shapes.shape_of(spec)
     plan = memory.plan(shape, dtype=FORCED[0], quantize=quantize, free=None)
     Path("/proc/self/clear_refs").write_text("5")  # VmHWM := VmRSS
     before = status("VmRSS")
@@ -131,17 +131,31 @@ def generate(spec: str, quantize: str | None, out_dir: Path, threads: int) -> di
     from click.testing import CliRunner
 
     from jacobigen.cli.group import main
+    from jacobigen.models import memory, shapes
 
     results = {}
-    for name, args in {"ar": ["--method", "ar"], "scd-mc-16": ["--method", "scd-mc", "--window", "16"]}.items():
+    for name, window in {"ar": 1, "scd-mc-16": 16}.items():
         out_dir.mkdir(parents=True, exist_ok=True)
         image, stats_file = out_dir / f"{name}.png", out_dir / f"{name}.json"
         argv = ["generate", "--model", spec, "a red fox in the snow", "--seed", "0", "--out", str(image)]
-        argv += ["--stats", str(stats_file), "--force"]
-        argv += args + ["--threads", str(threads)] + (["--quantize", quantize] if quantize else [])
+        argv += ["--stats", str(stats_file), "--force", "--method", name.split("-16")[0], "--window", str(window)]
+        argv += ["--threads", str(threads)] + (["--quantize", quantize] if quantize else [])
+        plan = memory.plan(shapes.shape_of(spec), dtype=FORCED[0], quantize=quantize, window=window, free=None)
+        Path("/proc/self/clear_refs").write_text("5")
+        before = status("VmRSS")
         res = CliRunner().invoke(main, argv, catch_exceptions=False)
+        peak = status("VmHWM") - before
         stats = json.loads(stats_file.read_text())
-        results[name] = {"output": res.output.strip().splitlines()[-4:], "stats": stats}
+        results[name] = {
+            "output": res.output.strip().splitlines()[-4:],
+            "stats": stats,
+            # the whole command's peak (load, decode, VQ decode) against the plan's: the decode's working
+            # set is the peak less the weights
+            "rss_peak_over_before_gib": round(peak / 2**30, 3),
+            "plan_total_gib": round(max(plan.total, plan.peak_loading) / 2**30, 3),
+            "plan_working_gib": round(plan.working / 2**30, 3),
+            "measured_working_over_plan": round((peak - plan.weights) / plan.working, 3),
+        }
     return results
 
 

@@ -1,6 +1,8 @@
 """``jacobigen plan`` and ``generate --dry-run`` never need a GPU, refuse what ``generate`` refuses,
 and print figures whose words match them (the newcomer findings of issues 58 and 61)."""
 
+from dataclasses import replace
+
 import pytest
 import torch
 from click.testing import CliRunner
@@ -9,6 +11,7 @@ from jacobigen.cli import main
 from jacobigen.core.errors import ConfigError
 from jacobigen.core.limits import MEMORY_ENV, memory_override
 from jacobigen.models import memory, shapes
+from jacobigen.models.releases import RELEASES
 
 
 @pytest.fixture
@@ -87,3 +90,40 @@ def test_a_device_memory_past_any_machine_is_a_clear_error(monkeypatch, value):
         memory_override()
     out = run("plan", "--shape", "anole-7b")
     assert out.exit_code == 2 and "give at most" in out.output, out.output
+
+
+@pytest.mark.parametrize("name", [n for n, r in RELEASES.items() if r.family not in ("llamagen", "cosmos")])
+def test_a_named_shape_is_the_one_its_release_folder_plans(name, tmp_path):
+    """`plan --shape NAME` and `plan --model FAMILY:DIR` of the release's config.json read one config
+    through one reader: the shapes agree field by field (the image decoder aside: the folder here has
+    no VQ file, so its images would be palettes; a named plan weighs Lumina-mGPT 2.0's MoVQGAN-270M,
+    built on the meta device, and counts every release's pixel decode)."""
+    import json
+
+    from jacobigen.models.families import FAMILIES
+
+    release = RELEASES[name]
+    if release.family in ("janus", "emu3"):
+        from transformers import Emu3Config, JanusConfig
+
+        (JanusConfig if release.family == "janus" else Emu3Config)(**release.config).save_pretrained(tmp_path)
+        weights = {"lm_head.weight": "model-00001-of-00001.safetensors"}
+        (tmp_path / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weights}))
+    else:
+        (tmp_path / "config.json").write_text(json.dumps(release.config))
+    family = next(k for k, v in FAMILIES.items() if v == release.family)
+    folder = shapes.shape_of(f"{family}:{tmp_path}?size={release.size}")
+    ours = shapes.named(name)
+    assert replace(folder, name=name, note=ours.note, decoder=ours.decoder, image_decode=ours.image_decode) == ours
+    assert (ours.decoder > 0) == (release.family == "lumina2")
+    side = {"janus": 384, "anole": 512}.get(release.family, release.size)
+    assert ours.image_decode == shapes.PIXEL_BYTES[release.family] * side**2  # one image's pixels, planned
+    assert folder.image_decode == (ours.image_decode if release.family in ("janus", "emu3") else 0)  # no VQ file
+
+
+def test_lumina2_int8_at_768_px_fits_a_24_gib_card_load_peak_included():
+    p = memory.plan(shapes.named("lumina2-7b"), device="cuda", dtype=torch.bfloat16, quantize="int8", window=32,
+                    free=24 * 2**30)  # fmt: skip
+    assert p.shape.image_tokens == 96 * 97 + 1 and p.rows == 2
+    assert p.fits, p.text()
+    assert max(p.total, p.peak_loading) <= 24 * 2**30

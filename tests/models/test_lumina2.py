@@ -144,7 +144,7 @@ def test_release_folder_loads_with_its_layout_prompt_and_defaults(release, bundl
     assert enc.uncond[0] == header  # its CFG restarts the unconditional branch at <racm3:break>
     assert bundle.defaults == {"cfg": 4.0, "top_k": 4096, "temperature": 1.0} and bundle.note == ""
     assert bundle.latents.shape == (lm.CODES, 4)
-    from jacobigen.models.memory import shape_of
+    from jacobigen.models.shapes import shape_of
 
     assert shape_of(f"lumina2:{release[0]}").image_tokens == 96 * 97 + 1  # planned from config.json alone
     assert shape_of(f"lumina2:{release[0]}?size=256").image_tokens == lay.length

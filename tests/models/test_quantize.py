@@ -14,6 +14,7 @@ from jacobigen import ConfigError
 from jacobigen.cli import main
 from jacobigen.core.quantize import check_mode, quantize_model, quantized_as, weight_bytes
 from jacobigen.models import load_bundle, memory, shapes
+from jacobigen.models.releases import RELEASES
 from jacobigen.models.transformer import Transformer, TransformerConfig
 from tests.helpers.need import need
 
@@ -136,7 +137,7 @@ def test_compiled_step_on_int8_weights_equals_eager():
 
 
 def test_the_7b_plan_holds_half_the_bytes_at_int8_and_about_a_quarter_at_int4():
-    shape = shapes.SHAPES["lumina-mgpt-7b"]
+    shape = shapes.named("lumina-mgpt-7b")
     assert 7.0e9 < shape.parameters < 7.05e9
     bf16, int8, int4 = (memory.weight_bytes(shape, torch.bfloat16, q) for q in (None, "int8", "int4"))
     assert bf16 == 2 * shape.parameters
@@ -144,7 +145,7 @@ def test_the_7b_plan_holds_half_the_bytes_at_int8_and_about_a_quarter_at_int4():
 
 
 def test_plan_shrinks_a_default_batch_and_refuses_a_given_one():
-    shape = shapes.SHAPES["anole-7b"]
+    shape = shapes.named("anole-7b")
     free = memory.plan(shape, device="cuda", free=None).peak_loading + 2**33
     auto = memory.fitting(shape, None, 64, device="cuda", free=free)
     assert auto.fits and 1 < auto.batch < 64
@@ -197,7 +198,7 @@ def test_plan_command_prints_the_table_of_shapes():
     res = CliRunner().invoke(main, ["plan", "--shape", "all", "--table", "--device", "cuda"])
     assert res.exit_code == 0, res.output
     assert "| `lumina-mgpt-7b` | 7.01 B | 64 + 2,353 | 13.1 GiB | 6.8 GiB | 3.8 GiB |" in res.output
-    assert len([line for line in res.output.splitlines() if line.startswith("| `")]) == len(shapes.SHAPES)
+    assert len([line for line in res.output.splitlines() if line.startswith("| `")]) == len(RELEASES)
     res = CliRunner().invoke(main, ["plan", "--shape", "lumina-mgpt-7b", "--quantize", "int8", "--device", "cpu"])
     assert res.exit_code == 0 and "weights int8" in res.output
     assert CliRunner().invoke(main, ["plan", "--shape", "gpt-9"]).exit_code == 2
@@ -223,7 +224,7 @@ def test_a_7b_shape_decoder_measures_what_the_plan_counts():
     def measured() -> int:
         return weight_bytes(model) + (cfg.n_layers - 1) * weight_bytes(model.layers[0])
 
-    shape = shapes.SHAPES["lumina-mgpt-7b"]
+    shape = shapes.named("lumina-mgpt-7b")
     bf16 = measured()
     assert bf16 == memory.weight_bytes(shape, torch.bfloat16) == 14_027_333_632  # 13.06 GiB
     quantize_model(model, "int8")

@@ -16,7 +16,7 @@ import torch
 
 from jacobigen.core.errors import WeightsError
 from jacobigen.core.quantize import quantized_as, weight_bytes
-from jacobigen.models import memory
+from jacobigen.models import memory, shapes
 from jacobigen.models.load import load_bundle
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -86,7 +86,7 @@ def test_the_plan_counts_the_model_the_streaming_load_builds(tiny, made, family,
     size = {"lumina2": 256, "chameleon": 64, "emu3": 32}[family]
     load = import_module(f"jacobigen.models.families.{family}").load
     bundle = load(str(folder), "cpu", size=size, dtype=torch.bfloat16, quantize=quantize)
-    plan = memory.plan(memory.shape_of(f"{family}:{folder}?size={size}"), dtype=torch.bfloat16, quantize=quantize,
+    plan = memory.plan(shapes.shape_of(f"{family}:{folder}?size={size}"), dtype=torch.bfloat16, quantize=quantize,
                        free=None)  # fmt: skip
     assert plan.weights - plan.shape.decoder == weight_bytes(bundle.model)
     assert (plan.shape.decoder > 0) == (family != "emu3")  # MoVQGAN / VQGAN the loader keeps, at float32
@@ -103,7 +103,7 @@ def test_hostile_configs_are_clear_errors_in_the_plan(tmp_path, tiny, change, me
     config = json.loads((tiny["lumina2"] / "config.json").read_text())
     (folder / "config.json").write_text(json.dumps({**config, **change}))
     with pytest.raises(WeightsError, match=message):  # the checkpoint's file is what is wrong
-        memory.shape_of(f"lumina2:{folder}")
+        shapes.shape_of(f"lumina2:{folder}")
 
 
 PEAK = """
@@ -161,7 +161,7 @@ def peak_checkpoint(request, tmp_path_factory):
 def test_the_measured_load_peak_is_held_to_the_plan_and_a_copying_loader_is_not(peak_checkpoint, tiny, made, quantize):
     family, folder = peak_checkpoint
     warm = {**tiny, **made}[family]  # a tiny load of the same family first: its imports are not the peak
-    shape = memory.shape_of(f"{family}:{folder}?size=256")
+    shape = shapes.shape_of(f"{family}:{folder}?size=256")
     plan = memory.plan(shape, dtype=torch.bfloat16, quantize=quantize, free=None)
     ours = measured_peak(folder, quantize, False, warm, family)
     assert 0.8 * plan.weights <= ours <= 1.1 * plan.peak_loading, (ours, plan.weights, plan.peak_loading)

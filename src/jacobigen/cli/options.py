@@ -88,13 +88,13 @@ class ModelChoice:
         made before any weight loads; None when the model's shape is known only once loaded.
         ``present``: the device must be on this machine (a dry run plans for one that is not)."""
         from ..core.quantize import check_mode
-        from ..models import memory
+        from ..models import memory, shapes
         from ..models.load import check_dtype, check_spec, default_dtype, parse_device, resolve_device
 
         device = resolve_device(self.device) if present or self.device is None else parse_device(self.device)
         check_mode(self.quantize, device)  # int4 off CUDA, or no torchao: said before the plan
         dtype = check_dtype(self.dtype, self.quantize) or default_dtype(self.spec, str(device))
-        shape = memory.shape_of(check_spec(self.spec))
+        shape = shapes.shape_of(check_spec(self.spec))
         if shape is None:
             return None
         cfg = {**decoding.sampling, **(sampling or {})}.get("cfg")
@@ -333,8 +333,8 @@ def decoding_options(method: str = "auto", window: str = "auto"):
             "--batch-size",
             type=click.IntRange(min=1),
             default=None,
-            help="Images decoded together (default: all that fit in half the free memory); finished "
-            "rows take the next prompt.",
+            help="Images decoded together (default: all that fit in half the free memory; a named batch may take "
+            "90%); finished rows take the next prompt.",
         ),
         *SAMPLING_OPTIONS,
         click.option("--option", "-o", "options", multiple=True, help="Method hyper-parameter, KEY=VALUE."),

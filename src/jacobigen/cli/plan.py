@@ -11,7 +11,7 @@ from .group import main
 @main.command("plan")
 @click.option(
     "--shape",
-    "shapes",
+    "names",
     multiple=True,
     help="A named shape (repeatable; 'all': every one). `jacobigen plan --list` names them.",
 )
@@ -34,25 +34,25 @@ from .group import main
     is_flag=True,
     help="One markdown table of weights, KV cache and activations at bf16, int8 and int4 (no free memory).",
 )
-def plan_command(model_spec, shapes, list_shapes, quantize, dtype, device, window, batch_size, cfg, table):
+def plan_command(model_spec, names, list_shapes, quantize, dtype, device, window, batch_size, cfg, table):
     """Print the memory a decode needs: weights, KV cache, buffers and activations. It needs no GPU:
     a device this machine lacks is planned against ``JACOBIGEN_DEVICE_MEMORY`` (or its free memory is
     said to be unknown)."""
     from ..core.errors import ConfigError
     from ..core.quantize import check_mode
-    from ..models import memory
+    from ..models import memory, shapes
     from ..models.load import check_dtype, default_dtype, parse_device
-    from ..models.shapes import SHAPES, named
+    from ..models.releases import RELEASES
 
     if list_shapes:
-        for s in SHAPES.values():
+        for s in map(shapes.named, RELEASES):
             click.echo(f"{s.name:22} {s.parameters / 1e9:6.2f} B  {s.note}")
         return
-    if model_spec and shapes:
+    if model_spec and names:
         raise click.UsageError("give --shape or --model, not both")
-    chosen = list(SHAPES.values()) if "all" in shapes else [named(n) for n in shapes]
+    chosen = [shapes.named(n) for n in (RELEASES if "all" in names else names)]
     if model_spec:
-        found = memory.shape_of(model_spec)
+        found = shapes.shape_of(model_spec)
         if found is None:
             raise ConfigError(f"the shape of {model_spec} is known only once it loads (no config to read)")
         chosen = [found]

@@ -12,7 +12,10 @@ import torch
 
 from .errors import ConfigError
 
-BUDGET = 0.5  # share of the free memory a decode may plan to use
+BUDGET = 0.5  # share of the free memory the default batch takes: room for the allocator as many rows churn
+# the most of the free memory any decode plans on; the rest is for what the plan does not count: the
+# allocator's slack, library workspaces, the image decoder's activations (docs/models.md, "The 10%")
+LIMIT = 0.9
 PER_SLOT = 12  # [slots, V] float buffers a row keeps (targets, drafts' q, history, logits)
 
 
@@ -71,21 +74,22 @@ def size(n: float) -> str:
 def batch_that_fits(
     model, device: torch.device, rows: int, batch_size: int | None, group: int, capacity: int, slots: int, window: int
 ) -> int:
-    """The batch to decode: ``batch_size`` (default: all ``rows``, or as many as fit), checked
-    against ``BUDGET`` of the free memory. A sequence holds ``group`` model rows of ``capacity``
-    cache slots and ``PER_SLOT`` buffers of [``slots`` + 1, vocab] floats."""
+    """The batch to decode: ``batch_size``, checked against ``LIMIT`` of the free memory, or by
+    default as many of ``rows`` as fit in ``BUDGET`` of it (at least one that fits in ``LIMIT``). A
+    sequence holds ``group`` model rows of ``capacity`` cache slots and ``PER_SLOT`` buffers of
+    [``slots`` + 1, vocab] floats."""
     per_row = group * capacity * cache_bytes_per_slot(model) + PER_SLOT * (slots + 1) * model.vocab_size * 4
     want = min(batch_size or rows, rows)
     free = free_memory(device)
     if free is None:
         return want
-    fits = int(BUDGET * free // per_row)
-    if batch_size is None and fits >= 1:
-        return min(want, fits)
-    if want > fits:
+    budget, limit = (int(share * free // per_row) for share in (BUDGET, LIMIT))
+    if batch_size is None and limit >= 1:
+        return min(want, max(budget, 1))
+    if want > limit:
         raise ConfigError(
             f"a batch of {want} sequence(s) at window {window} needs about {size(want * per_row)} "
             f"({size(per_row)} each) but {size(free)} is free on {device} and a decode plans on at most "
-            f"{BUDGET:.0%} of it: lower the batch size or the window"
+            f"{LIMIT:.0%} of it: lower the batch size or the window"
         )
     return want

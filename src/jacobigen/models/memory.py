@@ -18,20 +18,19 @@ the load peak (the weights plus the load's largest transient: :func:`load_transi
 
 and sets them against the memory free on the device (:func:`jacobigen.core.limits.free_memory`,
 ``JACOBIGEN_DEVICE_MEMORY`` to set it). Like the decoder, it plans the cache, buffers and
-activations on at most half of what the weights leave free.
+activations on at most ``LIMIT`` (90%) of what the weights leave free, and a default batch on ``BUDGET``
+(half) of it.
 """
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass, replace
-from pathlib import Path
+from dataclasses import dataclass
 
 import torch
 
 from ..core.cache import cache_slots
-from ..core.errors import ConfigError, WeightsError
-from ..core.limits import BUDGET, MEMORY_ENV, PER_SLOT, free_memory, size
+from ..core.errors import ConfigError
+from ..core.limits import BUDGET, LIMIT, MEMORY_ENV, PER_SLOT, free_memory, size
 
 PROMPT_TOKENS = 64  # a text prompt's tokens when no prompt is given (the families' templates hold 20-40)
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
@@ -59,6 +58,7 @@ class Shape:
     prompt_tokens: int = PROMPT_TOKENS
     cfg: bool = True  # guided by default (two model rows per sequence)
     decoder: int = 0  # bytes of the image decoder as loaded, when it is not at the model's dtype (MoVQGAN)
+    image_decode: int = 0  # bytes one image's pixel decode holds (after the cache is freed; one image at a time)
     streamed: bool = False  # a family's streaming load (its transient planned); False: a small model read whole
     note: str = ""
 
@@ -135,13 +135,19 @@ class Plan:
         return self.weights + self.transient
 
     working = property(lambda self: self.cache + self.buffers + self.activations)
-    total = property(lambda self: self.weights + self.working)
+    # the tokens' decode, then the pixels' (the KV cache and the tables are freed between them)
+    peak_working = property(lambda self: max(self.working, self.shape.image_decode))
+    total = property(lambda self: self.weights + self.peak_working)
 
-    @property
-    def fits(self) -> bool:
+    def within(self, share: float) -> bool:
+        """The load peak fits, and the decode's peak working set in ``share`` of what the weights leave."""
         if self.free is None:
             return True
-        return max(self.total, self.peak_loading) <= self.free and self.working <= BUDGET * (self.free - self.weights)
+        return max(self.total, self.peak_loading) <= self.free and self.peak_working <= share * (
+            self.free - self.weights
+        )
+
+    fits = property(lambda self: self.within(LIMIT))
 
     def lines(self) -> list[str]:
         s, n = self.shape, self.batch
@@ -159,6 +165,8 @@ class Plan:
             f"{s.logits:,} per sequence)",
             f"  activations  {size(self.activations):>10}  (one layer and the logits for the widest block: "
             f"{self.block:,} tokens x {self.rows} rows; an upper estimate)",
+            f"  image decode {size(s.image_decode):>10}  (one image's pixels at float32, after the cache is freed; "
+            "measured per pixel on a CPU)",
         ]
         how = "one tensor at bf16 and its layer quantized" if self.quantize else "one tensor as stored"
         out.append(f"  load peak    {size(self.peak_loading):>10}  (the weights + {size(self.transient)}: {how})")
@@ -171,8 +179,9 @@ class Plan:
             verdict = "fits" if self.fits else "does NOT fit"
             out.append(f"  total        {size(self.total):>10}  of {size(self.free)} free on {self.device}: {verdict}")
             if not self.fits and self.total <= self.free and self.peak_loading <= self.free:
+                what = "cache, buffers and activations" if self.working >= s.image_decode else "the image decode"
                 out.append(
-                    f"  (cache, buffers and activations {size(self.working)} > {BUDGET:.0%} of the "
+                    f"  ({what} {size(self.peak_working)} > {LIMIT:.0%} of the "
                     f"{size(self.free - self.weights)} the weights leave: the decoder plans on at most that)"
                 )
         return out
@@ -198,11 +207,17 @@ class Plan:
         if self.window > 1:
             hints.append("a smaller --window")
         weights = self.quantize or str(self.dtype)[6:]
+        if self.shape.image_decode > self.working:  # the pixels' decode sets the peak: only the weights shrink it
+            hints = hints[:1]
+            working = f"the image decode {size(self.shape.image_decode)} (one image at float32)"
+        else:
+            working = (
+                f"KV cache {size(self.cache)} + buffers {size(self.buffers)} + activations {size(self.activations)}"
+            )
         return (
-            f"{self.shape.name} does not fit on {self.device}: weights {size(self.weights)} ({weights}) + KV cache "
-            f"{size(self.cache)} + buffers {size(self.buffers)} + activations {size(self.activations)} = "
+            f"{self.shape.name} does not fit on {self.device}: weights {size(self.weights)} ({weights}) + {working} = "
             f"{size(self.total)} for {self.batch} sequence(s) at window {self.window}, and {size(self.free or 0)} "
-            f"is free (the decode plans on at most {BUDGET:.0%} of what the weights leave); try "
+            f"is free (the decode plans on at most {LIMIT:.0%} of what the weights leave); try "
             f"{', '.join(hints) or 'a machine with more memory'} (`jacobigen generate --dry-run` prints the plan)"
         )
 
@@ -283,16 +298,16 @@ def load_transient(shape: Shape, dtype: torch.dtype, quantize: str | None) -> in
 
 
 def fitting(shape: Shape, batch: int | None, wanted: int, **kwargs) -> Plan:
-    """The plan for ``batch`` sequences (None: as many of ``wanted`` as fit, at least one), as the
-    decoder chooses its batch."""
+    """The plan for ``batch`` sequences (None: as many of ``wanted`` as fit in ``BUDGET``, at least
+    one), as the decoder chooses its batch."""
     if batch is not None:
         return plan(shape, batch=batch, **kwargs)
     best = plan(shape, batch=1, **kwargs)
     lo, hi = 1, wanted
-    while lo < hi and best.fits:  # the largest batch that fits
+    while lo < hi and best.within(BUDGET):  # the largest default batch
         mid = (lo + hi + 1) // 2
         trial = plan(shape, batch=mid, **kwargs)
-        if trial.fits:
+        if trial.within(BUDGET):
             lo, best = mid, trial
         else:
             hi = mid - 1
@@ -323,127 +338,8 @@ def table(shapes: list[Shape], **kwargs) -> str:
     return "\n".join(rows)
 
 
-# --- shapes -----------------------------------------------------------------------------------------
-
-
 def from_config(cfg, name: str, image_tokens: int, **kw) -> Shape:
     """The shape of our decoder (:class:`~jacobigen.models.transformer.TransformerConfig`)."""
     c = cfg
     return Shape(name, c.dim, c.n_layers, c.n_heads, c.kv_heads, c.head_dim, c.hidden_dim, c.vocab_size, c.vocab_size,
                  tied=c.tie_embeddings, qk_norm=c.qk_norm is not None, image_tokens=image_tokens, **kw)  # fmt: skip
-
-
-def shape_of(spec: str) -> Shape | None:
-    """The shape of a ``--model`` spec without loading its weights: the shipped and random models
-    from their configs, Chameleon / Lumina-mGPT / Anole / Janus / Emu3 checkpoints from their
-    ``config.json``; None where only loading tells (LlamaGen and Cosmos files, which carry no config)."""
-    from . import embedded as E
-
-    if spec in ("default", "emoji", "emoji-video") or spec.partition(":")[0] in ("emoji", "emoji-video"):
-        family, _, path = spec.partition(":")
-        from .load import WEIGHTS
-
-        folder = Path(path) if path else WEIGHTS / ("video" if family == "emoji-video" else "")
-        cfg = _safetensors_config(folder / "ar.safetensors")
-        if cfg is None:
-            return None
-        tokens = E.GRID * (E.GRID + 1) + 1
-        if family == "emoji-video":
-            tokens = cfg.max_seq_len  # a clip fills the model's positions
-        return from_config(cfg, spec, tokens, prompt_tokens=16)
-    if spec in ("random", "random-video"):
-        return None  # a few MB: nothing to plan
-    from .families import FAMILIES
-
-    family, _, path = spec.partition(":")
-    name = FAMILIES.get(family.lower())
-    if name is None or not path:
-        return None
-    path, _, query = path.partition("?")
-    from .families.base import require_dir
-
-    if name in ("llamagen", "cosmos"):  # a checkpoint file or its folder, with no config to plan from
-        if not Path(path).expanduser().exists():
-            raise WeightsError(f"{family} weights not found: {Path(path).expanduser()} does not exist")
-        return None
-    folder = require_dir(path, family)  # a missing folder is said here, before any plan
-    size = int(dict(p.partition("=")[::2] for p in query.split("&") if p).get("size") or 0)
-    return family_shape(spec, name, folder, size)
-
-
-def lumina_tokens(side: int) -> int:
-    """Lumina-mGPT's image tokens at ``side`` pixels: rows of 2 codes per 32 px, each with its
-    end-of-line, then end-of-image."""
-    g = side // 16
-    return g * (g + 1) + 1
-
-
-def family_shape(spec: str, name: str, folder: Path, size: int) -> Shape:
-    """The shape of the model the family's loader builds from ``folder``: its decoder config through
-    the loaders' own parser (a config our decoder cannot build is a ConfigError), Janus' image parts
-    as the meta-device model its streaming load fills, Lumina-mGPT 2.0's MoVQGAN at float32."""
-    from .families.chameleon_config import config_from_json, read_json
-    from .families.stream import Checkpoint
-    from .transformer import check_config
-
-    config = folder / "config.json"
-    if not config.is_file():
-        raise WeightsError(f"{folder} has no config.json: is it a {name} checkpoint folder?")
-    raw = read_json(config)
-    cfg = config_from_json(raw.get("text_config", raw) if name in ("janus", "emu3") else raw, str(config))
-    cfg = replace(cfg, qk_norm=None if name in ("janus", "emu3") else cfg.qk_norm)
-    check_config(cfg)
-    if name == "chameleon":
-        from .families.chameleon import size_from_name
-
-        tokens = lumina_tokens(size or size_from_name(folder) or 768)
-    elif name in ("lumina2", "emu3"):  # 8 px per code, an end-of-line token per row
-        g = (size or (768 if name == "lumina2" else 720)) // 8
-        tokens = g * (g + 1) + 1
-    else:
-        tokens = 1025 if name == "anole" else int(raw.get("vision_config", {}).get("num_image_tokens", 576))
-    if name != "janus":  # the image decoders that load at float32 whatever the model's dtype
-        from .families.vq import chameleon_vqgan_bytes
-
-        decoder = {"lumina2": movq_bytes, "chameleon": chameleon_vqgan_bytes, "anole": chameleon_vqgan_bytes}
-        return from_config(cfg, spec, tokens, decoder=decoder.get(name, lambda _: 0)(folder), streamed=True)
-    from .families.janus import meta_image_parts
-
-    cfg = replace(cfg, tie_embeddings=cfg.tie_embeddings or "lm_head.weight" not in Checkpoint(folder))
-    parts = meta_image_parts(folder).model
-    linears = [m for m in parts.modules() if isinstance(m, torch.nn.Linear)]
-    codes = parts.vqmodel.config.num_embeddings
-    return replace(
-        from_config(cfg, spec, tokens),
-        logits=cfg.vocab_size + codes,
-        head=cfg.vocab_size,
-        extra_linear=tuple((m.out_features, m.in_features) for m in linears),
-        extra_params=sum(p.numel() for p in parts.parameters()) - sum(m.weight.numel() for m in linears),
-        streamed=True,
-    )
-
-
-def movq_bytes(folder: Path) -> int:
-    """Bytes of the MoVQGAN decoder the Lumina-mGPT 2.0 loader keeps (float32), read from the mapped file."""
-    from .families.lumina2 import find_movqgan
-    from .movqgan import DECODER_KEYS
-
-    ckpt = find_movqgan(folder)
-    if ckpt is None:
-        return 0
-    state = torch.load(str(ckpt), map_location="cpu", weights_only=True, mmap=True)
-    state = state.get("state_dict", state)
-    return sum(v.numel() * 4 for k, v in state.items() if k.startswith(DECODER_KEYS))
-
-
-def _safetensors_config(path: Path):
-    """Our decoder's config from a safetensors file's metadata (no tensor is read)."""
-    from safetensors import safe_open
-
-    from .transformer import TransformerConfig
-
-    try:
-        with safe_open(str(path), framework="pt") as f:
-            return TransformerConfig(**json.loads(f.metadata()["config"]))
-    except Exception:
-        return None

@@ -1,81 +1,225 @@
-"""The named shapes of ``jacobigen plan --shape``: the published models' stacks, for a plan without
-their checkpoint (a checkpoint folder is planned from its own ``config.json`` by
-:func:`jacobigen.models.memory.shape_of`, through the loaders' config parsers)."""
+"""The shape a memory plan counts, from the configs the loaders read: a checkpoint folder's own
+``config.json`` (``--model``), or a published release's configuration (``jacobigen plan --shape``,
+:mod:`.releases`), each through the loaders' own config readers, so that the plan and the loaded
+model cannot disagree."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
+from functools import cache
+from pathlib import Path
 
-from ..core.errors import ConfigError
-from .memory import Shape, lumina_tokens
+import torch
+
+from ..core.errors import ConfigError, WeightsError
+from .memory import Shape, from_config
+from .releases import RELEASES, Release
 
 
-def _llama(name, dim, layers, heads, kv, hidden, vocab, image, **kw) -> Shape:
-    kw.setdefault("streamed", True)  # every family streams its checkpoint (models/families/stream.py)
-    return Shape(
-        name, dim, layers, heads, kv, dim // heads, hidden, vocab, kw.pop("logits", vocab), image_tokens=image, **kw
+def shape_of(spec: str) -> Shape | None:
+    """The shape of a ``--model`` spec without loading its weights: the shipped and random models
+    from their configs, Chameleon / Lumina-mGPT / Anole / Janus / Emu3 checkpoints from their
+    ``config.json``; None where only loading tells (LlamaGen and Cosmos files, which carry no config)."""
+    from . import embedded as E
+
+    if spec in ("default", "emoji", "emoji-video") or spec.partition(":")[0] in ("emoji", "emoji-video"):
+        family, _, path = spec.partition(":")
+        from .load import WEIGHTS
+
+        folder = Path(path) if path else WEIGHTS / ("video" if family == "emoji-video" else "")
+        cfg = _safetensors_config(folder / "ar.safetensors")
+        if cfg is None:
+            return None
+        tokens = E.GRID * (E.GRID + 1) + 1
+        if family == "emoji-video":
+            tokens = cfg.max_seq_len  # a clip fills the model's positions
+        return from_config(cfg, spec, tokens, prompt_tokens=16)
+    if spec in ("random", "random-video"):
+        return None  # a few MB: nothing to plan
+    from .families import FAMILIES
+
+    family, _, path = spec.partition(":")
+    name = FAMILIES.get(family.lower())
+    if name is None or not path:
+        return None
+    path, _, query = path.partition("?")
+    from .families.base import require_dir
+
+    if name in ("llamagen", "cosmos"):  # a checkpoint file or its folder, with no config to plan from
+        if not Path(path).expanduser().exists():
+            raise WeightsError(f"{family} weights not found: {Path(path).expanduser()} does not exist")
+        return None
+    folder = require_dir(path, family)  # a missing folder is said here, before any plan
+    size = int(dict(p.partition("=")[::2] for p in query.split("&") if p).get("size") or 0)
+    return family_shape(spec, name, folder, size)
+
+
+def lumina_tokens(side: int) -> int:
+    """Lumina-mGPT's image tokens at ``side`` pixels: rows of 2 codes per 32 px, each with its
+    end-of-line, then end-of-image."""
+    g = side // 16
+    return g * (g + 1) + 1
+
+
+# bytes one image's pixel decode holds per output pixel at float32, measured on a CPU (AMD EPYC) by
+# benchmarks/scale/image_decode.py (its JSON beside it): peak resident memory over the process' before
+PIXEL_BYTES = {"lumina2": 8294, "chameleon": 1625, "anole": 1625, "janus": 2808, "llamagen": 2179, "emu3": 41627}
+
+
+def image_side(name: str, raw: dict, size: int) -> int:
+    """The image's side in pixels at ``size`` (0: the family's default)."""
+    if name == "anole":
+        return 512
+    if name == "janus":
+        return int(raw.get("vision_config", {}).get("image_size", 384))
+    return size or {"emu3": 720}.get(name, 768)
+
+
+def image_tokens(name: str, raw: dict, side: int) -> int:
+    """The layout's tokens of an image of ``side`` pixels."""
+    if name == "chameleon":
+        return lumina_tokens(side)
+    if name in ("lumina2", "emu3"):  # 8 px per code, an end-of-line token per row
+        g = side // 8
+        return g * (g + 1) + 1
+    return 1025 if name == "anole" else int(raw.get("vision_config", {}).get("num_image_tokens", 576))
+
+
+def config_shape(
+    spec: str, name: str, raw: dict, side: int, decoder: int | None = None, janus=None, what: str = "config.json"
+) -> Shape:
+    """The shape of the model the family's loader builds from ``raw`` (a ``config.json``): its decoder
+    config through the loaders' own parser (a config our decoder cannot build is a ConfigError); for
+    Janus, ``janus`` (its JanusConfig, and whether the head is the embedding) adds the image parts as
+    the meta-device model its streaming load fills. ``decoder``: the image decoder's bytes, loaded at
+    float32 whatever the model's dtype (0: none, the images are token palettes; None: it is inside the
+    checkpoint and the model's); its decode of one ``side``-pixel image is planned at ``PIXEL_BYTES``."""
+    from .families.chameleon_config import config_from_json
+    from .transformer import check_config
+
+    cfg = config_from_json(raw.get("text_config", raw) if name in ("janus", "emu3") else raw, what)
+    cfg = replace(cfg, qk_norm=None if name in ("janus", "emu3") else cfg.qk_norm)
+    check_config(cfg)
+    tokens, pixels = image_tokens(name, raw, side), 0 if decoder == 0 else PIXEL_BYTES[name] * side * side
+    if name != "janus":
+        return from_config(cfg, spec, tokens, decoder=decoder or 0, image_decode=pixels, streamed=True)
+    from .families.janus import meta_image_parts
+
+    config, tied = janus
+    cfg = replace(cfg, tie_embeddings=cfg.tie_embeddings or tied)
+    parts = meta_image_parts(config).model
+    linears = [m for m in parts.modules() if isinstance(m, torch.nn.Linear)]
+    codes = parts.vqmodel.config.num_embeddings
+    return replace(
+        from_config(cfg, spec, tokens),
+        logits=cfg.vocab_size + codes,
+        head=cfg.vocab_size,
+        extra_linear=tuple((m.out_features, m.in_features) for m in linears),
+        extra_params=sum(p.numel() for p in parts.parameters()) - sum(m.weight.numel() for m in linears),
+        image_decode=pixels,
+        streamed=True,
     )
 
 
-def _janus(name: str, dim: int, layers: int, heads: int, hidden: int) -> Shape:
-    # the language model with its text head (held, unused); image side: generation_embeddings
-    # [16384, 8], generation_aligner 8 -> dim -> dim, generation_head dim -> dim -> 16384; logits
-    # cover text and image ids; 24 x 24 codes, no end-of-line tokens
-    codes = 16384
-    return _llama(
-        name, dim, layers, heads, heads, hidden, 102400, 576, logits=102400 + codes, head=102400,
-        extra_linear=((dim, 8), (dim, dim), (dim, dim), (codes, dim)), extra_params=codes * 8,
-        note=f"Janus-Pro-{name.split('-')[-1].upper()}: 384 px, 24 x 24 codes",
-    )  # fmt: skip
+def family_shape(spec: str, name: str, folder: Path, size: int) -> Shape:
+    """The shape of the model the family's loader builds from ``folder``: :func:`config_shape` of its
+    ``config.json``, with the image decoder as stored (Lumina-mGPT 2.0's MoVQGAN, Chameleon's VQGAN)."""
+    from .families.chameleon_config import read_json
+
+    config = folder / "config.json"
+    if not config.is_file():
+        raise WeightsError(f"{folder} has no config.json: is it a {name} checkpoint folder?")
+    raw = read_json(config)
+    if name == "chameleon" and not size:
+        from .families.chameleon import size_from_name
+
+        size = size_from_name(folder) or 0
+    side = image_side(name, raw, size)
+    if name == "janus":
+        from .families.janus import read_config
+        from .families.stream import Checkpoint
+
+        janus = (read_config(folder), "lm_head.weight" not in Checkpoint(folder))
+        return config_shape(spec, name, raw, side, janus=janus, what=str(config))
+    from .families.vq import chameleon_vqgan_bytes
+
+    decoder = {"lumina2": movq_bytes, "chameleon": chameleon_vqgan_bytes, "anole": chameleon_vqgan_bytes}
+    weighed = decoder[name](folder) if name in decoder else None
+    return config_shape(spec, name, raw, side, weighed, what=str(config))
 
 
-def _llamagen(name: str, dim: int, layers: int, heads: int, grid: int) -> Shape:
-    hidden = -(-int(2 * 4 * dim / 3) // 256) * 256
-    return _llama(
-        name,
-        dim,
-        layers,
-        heads,
-        heads,
-        hidden,
-        16384 + 1001,
-        grid * grid,
-        logits=16384 + 1001,
-        head=16384,
-        prompt_tokens=1,
-        note=f"LlamaGen c2i GPT-{name.split('-')[1].upper()}, {grid * 16} px: {grid} x {grid} codes",
-    )  # class ids follow the codes in our id space (1000 classes + the null label)
+def movq_bytes(folder: Path) -> int:
+    """Bytes of the MoVQGAN decoder the Lumina-mGPT 2.0 loader keeps (float32), read from the mapped file."""
+    from .families.lumina2 import find_movqgan
+    from .movqgan import DECODER_KEYS
+
+    ckpt = find_movqgan(folder)
+    if ckpt is None:
+        return 0
+    state = torch.load(str(ckpt), map_location="cpu", weights_only=True, mmap=True)
+    state = state.get("state_dict", state)
+    return sum(v.numel() * 4 for k, v in state.items() if k.startswith(DECODER_KEYS))
 
 
-SHAPES: dict[str, Shape] = {
-    s.name: s
-    for s in [
-        _llama("lumina-mgpt-7b", 4096, 32, 32, 32, 11008, 65536, lumina_tokens(768), qk_norm=True,
-               note="Lumina-mGPT-7B-768 (Chameleon-7B's stack), 768 px: 48 x 48 codes + end-of-line tokens"),
-        _llama("lumina-mgpt-7b-1024", 4096, 32, 32, 32, 11008, 65536, lumina_tokens(1024), qk_norm=True,
-               note="Lumina-mGPT-7B-1024, 1024 px"),
-        _llama("lumina-mgpt-34b", 8192, 48, 64, 8, 22016, 65536, lumina_tokens(512), qk_norm=True,
-               note="Lumina-mGPT-34B-512 (Chameleon-34B's stack), 512 px"),
-        _llama("anole-7b", 4096, 32, 32, 32, 11008, 65536, 1025, qk_norm=True,
-               note="Anole-7b: 32 x 32 codes, no end-of-line tokens"),
-        _janus("janus-pro-7b", 4096, 30, 32, 11008),
-        _janus("janus-pro-1b", 2048, 24, 16, 5632),
-        _llama("emu3-gen", 4096, 32, 32, 8, 14336, 184622, 90 * 91 + 1,
-               note="Emu3-Gen (8B), 720 px: 90 x 90 codes + end-of-line tokens"),
-        _llamagen("llamagen-xl-384", 1280, 36, 20, 24),
-        _llamagen("llamagen-3b-384", 3200, 24, 32, 24),
-        _llama("cosmos-4b", 4096, 16, 32, 8, 14336, 64000, 7680, qk_norm=True, cfg=False, prompt_tokens=5120,
-               note="Cosmos-1.0-Autoregressive-4B: 2 latent frames of 40 x 64 given, 3 sampled"),
-        _llama("cosmos-12b", 5120, 40, 32, 8, 14336, 64000, 7680, qk_norm=True, cfg=False, prompt_tokens=5120,
-               note="Cosmos-1.0-Autoregressive-12B"),
-    ]
-}  # fmt: skip
-# the head_dim of Cosmos-12B is 128 (32 heads of 128 over a width of 5120)
-SHAPES["cosmos-12b"] = replace(SHAPES["cosmos-12b"], head_dim=128)
+def release_shape(name: str, r: Release) -> Shape:
+    """The shape of a published release, from its configuration through the same readers."""
+    note = dict(note=r.note)
+    if r.family == "llamagen":
+        from .families.llamagen_model import LlamaGenConfig
+
+        c = LlamaGenConfig(**r.config)
+        stack = replace(from_config(c.decoder(), name, c.block_size), streamed=True, **note)
+        # class ids follow the codes in our id space (1000 classes + the null label); the head covers the codes
+        return replace(stack, vocab=c.vocab_size + c.cond_ids, logits=c.vocab_size + c.cond_ids,
+                       head=c.vocab_size, prompt_tokens=c.cls_token_num,
+                       image_decode=PIXEL_BYTES["llamagen"] * (16 * c.grid) ** 2)  # fmt: skip
+    if r.family == "cosmos":
+        from .families.cosmos import CosmosConfig
+
+        c = CosmosConfig(**r.config)
+        frame = c.latent_shape[1] * c.latent_shape[2]
+        given, sampled = c.context_frames * frame, c.max_seq_len - c.context_frames * frame
+        stack = from_config(c.decoder(), name, sampled, prompt_tokens=given, streamed=True)
+        return replace(stack, cfg=False, **note)  # no CFG: one row per clip
+    if r.family in ("janus", "emu3"):
+        from ..core.quantize import quiet_torchao
+
+        with quiet_torchao():  # transformers imports torchao (when installed) as it builds a model
+            try:
+                from transformers import Emu3Config, JanusConfig
+            except ImportError:
+                raise ConfigError(f'the {name} shape is read by transformers: pip install -e ".[families]"') from None
+            config = (JanusConfig if r.family == "janus" else Emu3Config)(**r.config)
+            raw = config.to_dict()
+            janus = (config, bool(config.text_config.tie_word_embeddings)) if r.family == "janus" else None
+            shape = config_shape(name, r.family, raw, image_side(r.family, raw, r.size), janus=janus)
+        return replace(shape, **note)
+    decoder = None  # a VQGAN the plan does not weigh without its file
+    if r.family == "lumina2":  # MoVQGAN-270M's decoder, as loaded (float32)
+        from .movqgan import MoVQDecoder
+
+        with torch.device("meta"):
+            decoder = sum(p.numel() * 4 for p in MoVQDecoder().parameters())
+    return replace(config_shape(name, r.family, r.config, image_side(r.family, r.config, r.size), decoder), **note)
 
 
+@cache
 def named(name: str) -> Shape:
+    """A named release's shape (``jacobigen plan --shape NAME``; ``--list`` names them)."""
+    if name not in RELEASES:
+        raise ConfigError(f"unknown shape {name!r}: use one of {', '.join(RELEASES)}")
+    return release_shape(name, RELEASES[name])
+
+
+def _safetensors_config(path: Path):
+    """Our decoder's config from a safetensors file's metadata (no tensor is read)."""
+    from safetensors import safe_open
+
+    from .transformer import TransformerConfig
+
     try:
-        return SHAPES[name]
-    except KeyError:
-        raise ConfigError(f"unknown shape {name!r}: use one of {', '.join(SHAPES)}") from None
+        with safe_open(str(path), framework="pt") as f:
+            return TransformerConfig(**json.loads(f.metadata()["config"]))
+    except Exception:
+        return None

@@ -110,6 +110,14 @@ def contiguous_range(ids, what: str) -> tuple[int, int]:
     return ids[0], ids[-1] + 1
 
 
+def each_image(decode: Callable[[torch.Tensor], torch.Tensor], codes: torch.Tensor) -> torch.Tensor:
+    """Pixels of a batch of code grids, decoded one image at a time: a pixel decoder's activations are
+    large (4.6 GiB for one 768-px MoVQGAN image at float32, 20 GiB for Emu3's 720 px), and the memory
+    plan counts one image's (``jacobigen.models.shapes.PIXEL_BYTES``)."""
+    with torch.inference_mode():
+        return torch.cat([decode(c[None]) for c in codes])
+
+
 def to_pil(
     pixels: torch.Tensor, rounded: bool = False, value_range: tuple[float, float] = (-1.0, 1.0)
 ) -> list[Image.Image]:

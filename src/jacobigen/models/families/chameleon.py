@@ -34,6 +34,7 @@ from .base import (
     HFAdapter,
     contiguous_range,
     default_dtype,
+    each_image,
     load_hf,
     load_tokenizer,
     offline,
@@ -97,8 +98,7 @@ def image_decoder(hf, vq_decoder) -> tuple[int, int, Callable]:
     def decode(grids: torch.Tensor, _=None):
         if vq_decoder is None:
             return palette_decode(grids, (lo, hi))
-        with torch.inference_mode():
-            return to_pil(vq_decoder.decode_codes(lut[grids.cpu()]))
+        return to_pil(each_image(vq_decoder.decode_codes, lut[grids.cpu()]))
 
     return lo, hi, decode
 

@@ -26,6 +26,7 @@ from .base import (
     HFAdapter,
     contiguous_range,
     default_dtype,
+    each_image,
     load_hf,
     load_tokenizer,
     offline,
@@ -87,8 +88,7 @@ def emu3_pipeline(
     def decode(grids: torch.Tensor, _=None):
         vq = hf.model.vqmodel
         codes = lut[grids.cpu()].to(next(vq.parameters()).device)
-        with torch.inference_mode():
-            pixels = vq.decode(codes)
+        pixels = each_image(vq.decode, codes)
         if image_processor is None:
             return to_pil(pixels)
         mean = torch.tensor(image_processor.image_mean, device=pixels.device)[:, None, None]

@@ -26,7 +26,7 @@ from ...core.cache import KVCache
 from ...core.errors import WeightsError
 from ...core.layout import ImageLayout
 from ..bundle import ModelBundle, rows_encoder
-from .base import HFAdapter, default_dtype, load_hf, load_tokenizer, require_dir, to_pil, token_id, use_ours
+from .base import HFAdapter, default_dtype, each_image, load_hf, load_tokenizer, require_dir, to_pil, token_id, use_ours
 from .convert import HEAD, STACKS, config_from_text, from_hf, hf_names
 from .stream import Checkpoint, stream_decoder, stream_module
 
@@ -119,8 +119,7 @@ def janus_pipeline(hf, tokenizer, backend: str = "ours", release: bool = False, 
     def decode(grids: torch.Tensor, _=None):
         vq = hf.model.vqmodel
         codes_ = (grids - n_text).flatten(1).to(next(vq.parameters()).device)
-        with torch.inference_mode():
-            return to_pil(vq.decode(codes_))
+        return to_pil(each_image(vq.decode, codes_))
 
     return ModelBundle(
         "janus",
@@ -135,17 +134,23 @@ def janus_pipeline(hf, tokenizer, backend: str = "ours", release: bool = False, 
 IMAGE_PARTS = ("vqmodel", "generation_embeddings", "generation_aligner", "generation_head")
 
 
-def meta_image_parts(path: Path):
-    """JanusForConditionalGeneration on the meta device with only what image generation runs besides
-    the language model: the VQ model and the generation embedding, aligner and head. The vision encoder
-    and aligner (image understanding) and transformers' language model are dropped. The memory plan
-    counts this model too."""
-    from transformers import JanusConfig, JanusForConditionalGeneration
+def read_config(path: Path):
+    """The folder's JanusConfig (a WeightsError naming the folder when transformers cannot read it)."""
+    from transformers import JanusConfig
 
     try:
-        config = JanusConfig.from_pretrained(str(path), local_files_only=True)
+        return JanusConfig.from_pretrained(str(path), local_files_only=True)
     except Exception as e:
         raise WeightsError(f"cannot read the Janus config in {path}: {e}") from e
+
+
+def meta_image_parts(config):
+    """JanusForConditionalGeneration of ``config`` on the meta device with only what image generation
+    runs besides the language model: the VQ model and the generation embedding, aligner and head. The
+    vision encoder and aligner (image understanding) and transformers' language model are dropped. The
+    memory plan counts this model too."""
+    from transformers import JanusForConditionalGeneration
+
     with torch.device("meta"):
         hf = JanusForConditionalGeneration(config)
     for name in ("vision_model", "aligner", "language_model"):
@@ -158,7 +163,7 @@ def image_parts(path: Path, dtype: torch.dtype, device: str, source: Checkpoint)
     """:func:`meta_image_parts` streamed from ``source``, with the release's generation config."""
     from transformers import GenerationConfig
 
-    hf = meta_image_parts(path)
+    hf = meta_image_parts(read_config(path))
     for name in IMAGE_PARTS:
         stream_module(getattr(hf.model, name), f"model.{name}.", source, dtype, device)
     if (path / "generation_config.json").is_file():

@@ -38,7 +38,7 @@ import torch
 from ...core.errors import ConfigError, WeightsError
 from ...core.layout import ImageLayout
 from ..bundle import ModelBundle, Prompts, palette_decode, rows_encoder
-from .base import default_dtype, read_checkpoint, require_dir, to_pil
+from .base import default_dtype, each_image, read_checkpoint, require_dir, to_pil
 from .captions import llamagen_caption
 from .llamagen_model import Captioned, LlamaGen, LlamaGenConfig, stream_checkpoint
 
@@ -163,8 +163,7 @@ def llamagen_pipeline(
     def decode(grids, _=None):
         if vq is None:
             return palette_decode(grids, (0, c.vocab_size))
-        with torch.inference_mode():
-            return to_pil(vq.decode_codes(grids), rounded=True)
+        return to_pil(each_image(vq.decode_codes, grids), rounded=True)
 
     note = "" if vq is not None else f"{missing_vq}: images are token palettes"
     if c.model_type == "c2i":

@@ -31,7 +31,7 @@ from ...core.layout import ImageLayout
 from ..bundle import ModelBundle, palette_decode, rows_encoder
 from ..movqgan import MOVQGAN_270M, MoVQDecoder, load_movqgan
 from ..transformer import Transformer
-from .base import default_dtype, load_tokenizer, require_dir, to_pil, token_id
+from .base import default_dtype, each_image, load_tokenizer, require_dir, to_pil, token_id
 from .chameleon import IMAGE_END, IMAGE_START, NEW_LINE, PROMPT, TURN_END, grid_token
 from .chameleon_config import names, read_config
 from .convert import per_head
@@ -125,9 +125,8 @@ def lumina2_pipeline(
     def decode(grids_: torch.Tensor, _=None):
         if vq is None:
             return palette_decode(grids_, layout.image_ids)
-        with torch.inference_mode():  # one image at a time: a 768 px decode holds ~1 GB of activations
-            pixels = [vq.decode_codes(g[None] - offset) for g in grids_.cpu()]
-        return to_pil(torch.cat(pixels), rounded=True)  # its show_images: ((x + 1) * 127.5).round()
+        pixels = each_image(vq.decode_codes, grids_.cpu() - offset)
+        return to_pil(pixels, rounded=True)  # its show_images: ((x + 1) * 127.5).round()
 
     return ModelBundle(
         "lumina2",
