@@ -333,6 +333,84 @@ def dtype_block_cost() -> str:
     return md_table(cols, cells)
 
 
+def scale_runs() -> list[dict]:
+    """`benchmarks/scale/*.json` of `measure.py` (one per checkpoint and weights), by size then name."""
+    runs = [json.loads(f.read_text()) for f in sorted((BENCH / "scale").glob("*.json"))]
+    return [r for r in runs if "load" in r]
+
+
+def scale_name(r: dict) -> str:
+    return f"`{Path(r['model'].partition(':')[2]).name}`"
+
+
+def scale_load() -> str:
+    """Load seconds and peak against the plan's load peak, and a forward of each block (CFG pair)."""
+    blocks = ("1", "4", "16", "32", "64")
+    cols = ["checkpoint", "weights", "load", "plan's load peak", "measured (/ plan)", "peak RSS"]
+    cols += [f"{b} tok (s)" if b == "1" else b for b in blocks] + ["commit, load avg"]
+    cells = []
+    for r in scale_runs():
+        ld, fw = r["load"], r["forward_ms_cfg_pair"]
+        load_avg = f"{r['load_average'][0]:.1f}-{r['load_average_after'][0]:.1f}"
+        cells.append(
+            [
+                scale_name(r),
+                r["quantize"] or r["dtype"],
+                f"{ld['load_s']:.0f} s",
+                f"{ld['plan_load_peak_gib']:.2f} GiB",
+                f"{ld['load_peak_over_before_gib']:.2f} GiB ({ld['measured_over_plan']:.3g})",
+                f"{ld['rss_peak_gib']:.2f} GiB",
+                *(f"{fw[b] / 1e3:.2f}" for b in blocks),
+                f"`{r['git_commit']}`, load {load_avg}",
+            ]
+        )
+    return md_table(cols, cells)
+
+
+def scale_generate() -> str:
+    """A whole image through `jacobigen generate` (measure.py --generate): forwards, time per forward
+    and per iteration, and the command's peak memory against the plan's total."""
+    cols = ["checkpoint", "method", "forwards", "step compression", "wall (s)", "per forward (ms)"]
+    cols += ["other (s)", "peak over start (/ plan's total)"]
+    cells = []
+    for r in scale_runs():
+        for g in r.get("generate", {}).values():
+            st = g["stats"]
+            cells.append(
+                [
+                    scale_name(r),
+                    f"`{st['method']}`, window {st['window']}",
+                    str(st["nfe"]),
+                    x(st["ar_nfe"] / st["nfe"]),
+                    f"{st['wall_time']:.1f}",
+                    f"{st['forward_time'] / st['nfe'] * 1e3:.0f}",
+                    f"{st['overhead_time']:.2f}",
+                    f"{g['rss_peak_over_before_gib']:.2f} GiB "
+                    f"({g['rss_peak_over_before_gib'] / g['plan_total_gib']:.2f})",
+                ]
+            )
+    return md_table(cols, cells)
+
+
+def image_decode() -> str:
+    """`benchmarks/scale/image_decode.json`: one image's pixel decode per family's decoder."""
+    data = load("scale/image_decode.json")
+    cols = ["decoder", "release", "image", "parameters", "seconds", "peak over start", "bytes per pixel"]
+    cells = [
+        [
+            f"`{name}`",
+            f"`{d['release']}`",
+            "x".join(map(str, d["pixels"])),
+            f"{d['parameters'] / 1e6:.0f} M",
+            f"{d['seconds']:.1f}",
+            f"{d['peak_over_before_gib']:.2f} GiB",
+            f"{d['bytes_per_pixel']:,}",
+        ]
+        for name, d in data["decoders"].items()
+    ]
+    return md_table(cols, cells)
+
+
 PROFILE_LINE = re.compile(
     r"wall ([\d.]+) s, model forward [\d.]+ s, overhead share ([\d.]+)%, \d+ forwards, (\d+) torch ops"
     r"(?:.*?bookkeeping ([\d.]+) ms per iteration)?"
@@ -404,6 +482,9 @@ TABLES = {
     "h200-embedded": h200_embedded,
     "compiled-cpu": compiled_cpu,
     "dtype-block-cost": dtype_block_cost,
+    "scale-load": scale_load,
+    "scale-generate": scale_generate,
+    "image-decode": image_decode,
     "auto-default": auto_default,
     "profile": profile,
     "profile-lean-step": lambda: profile("profile/lean-step"),

@@ -178,3 +178,26 @@ def test_dry_run_of_a_missing_folder_says_it_is_missing(tmp_path):
     args = ["generate", "--model", f"lumina-mgpt:{missing}", "a red fox", "--quantize", "int8", "--dry-run"]
     res = CliRunner().invoke(main, args)
     assert res.exit_code != 0 and f"{missing} is not a directory" in res.output
+
+
+def test_pixels_decode_one_image_at_a_time_after_the_cache_is_freed(tiny, monkeypatch):
+    """The plan's total is the weights plus the larger of the token decode and one image's pixel decode
+    (``Shape.image_decode``): that holds only if no KV cache lives while the pixels decode, and if the
+    images of a batch decode one by one."""
+    import gc
+
+    from jacobigen.core.cache import KVCache
+    from jacobigen.models.movqgan import MoVQDecoder
+
+    seen = []
+    decode = MoVQDecoder.decode_codes
+
+    def watched(self, codes):
+        gc.collect()
+        seen.append((codes.shape[0], sum(isinstance(o, KVCache) for o in gc.get_objects())))
+        return decode(self, codes)
+
+    monkeypatch.setattr(MoVQDecoder, "decode_codes", watched)
+    bundle = load_bundle(f"lumina2:{tiny['lumina2']}?size=256")
+    _, images = bundle.generate(["a red fox"], method="scd-mc", window=8, seed=[1, 2], top_k=4)
+    assert len(images) == 2 and seen == [(1, 0), (1, 0)]

@@ -320,10 +320,11 @@ def count(n: int) -> str:
 
 def table(shapes: list[Shape], **kwargs) -> str:
     """A markdown table: per shape, weights at bf16, int8 and int4, and the KV cache, buffers and
-    activations of one decode (``kwargs``: :func:`plan`'s), with bf16 activations and cache."""
+    activations of one decode and one image's pixel decode (``kwargs``: :func:`plan`'s), with bf16
+    activations and cache."""
     head = (
         "| shape | parameters | tokens (prompt + image) | weights bf16 | int8 | int4 | KV cache | buffers | "
-        "activations | total bf16 | int8 | int4 |\n" + "|---" * 12 + "|"
+        "activations | image decode | total bf16 | int8 | int4 |\n" + "|---" * 13 + "|"
     )
     rows = [head]
     for shape in shapes:
@@ -332,7 +333,8 @@ def table(shapes: list[Shape], **kwargs) -> str:
         rows.append(
             f"| `{shape.name}` | {count(shape.parameters)} | {b.prompt:,} + {shape.image_tokens:,} | "
             f"{size(b.weights)} | {size(p['int8'].weights)} | {size(p['int4'].weights)} | {size(b.cache)} | "
-            f"{size(b.buffers)} | {size(b.activations)} | {size(b.total)} | {size(p['int8'].total)} | "
+            f"{size(b.buffers)} | {size(b.activations)} | {size(shape.image_decode)} | {size(b.total)} | "
+            f"{size(p['int8'].total)} | "
             f"{size(p['int4'].total)} |"
         )
     return "\n".join(rows)
