@@ -358,7 +358,7 @@ def scale_load() -> str:
                 r["quantize"] or r["dtype"],
                 f"{ld['load_s']:.0f} s",
                 f"{ld['plan_load_peak_gib']:.2f} GiB",
-                f"{ld['load_peak_over_before_gib']:.2f} GiB ({ld['measured_over_plan']:.3g})",
+                f"{ld['load_peak_over_before_gib']:.2f} GiB ({ld['measured_over_plan']:.3f})",
                 f"{ld['rss_peak_gib']:.2f} GiB",
                 *(f"{fw[b] / 1e3:.2f}" for b in blocks),
                 f"`{r['git_commit']}`, load {load_avg}",

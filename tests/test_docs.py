@@ -237,6 +237,7 @@ POWER_ROW = re.compile(r"^\| ([^|]+?) \| [^|]+ \| (\d+) \| (\d+) \| ([\d.]+)% \|
 def exactness_references() -> dict:
     """Each reference distribution the exactness tests compare samples with, named as
     docs/exactness.md names it: (model, layout, sampling, prompt)."""
+    from jacobigen.core.layout import ImageLayout
     from jacobigen.core.sampling import SamplingConfig
     from jacobigen.tools.exactness import PROMPT, layout, tiny_model, video_layout
 
@@ -251,6 +252,7 @@ def exactness_references() -> dict:
         tiny_model(vocab=9),
         tiny_model(vocab=9, sharpness=3.0),
     )
+    wide, shifted = tiny_model(vocab=10), ImageLayout(2, 3, (3, 6), eol_id=6, end_id=7)  # test_exactness' `shifted`
     return {
         "2x3 image, plain": (tiny, layout(True), plain, PROMPT),
         "2x3 image, guided": (tiny, layout(True), guided, PROMPT),
@@ -259,6 +261,8 @@ def exactness_references() -> dict:
         "2x3 image, plain, prompt [1, 2, 5, 6, 2]": (tiny, layout(True), plain, [1, 2, 5, 6, 2]),
         "2x3 image without line ends, plain": (tiny, layout(False), plain, PROMPT),
         "2x3 image without line ends, guided": (tiny, layout(False), guided, PROMPT),
+        "2x3 image, ids from 3, plain": (wide, shifted, plain, PROMPT),
+        "2x3 image, ids from 3, top-k": (wide, shifted, topk, PROMPT),
         "3x2 image, guided": (tiny, layout(True, 3, 2), guided, PROMPT),
         "3x2 image without line ends, plain": (tiny, layout(False, 3, 2), plain, PROMPT),
         "1x3 clip of 2 frames, plain": (clip, video_layout(), plain, PROMPT),

@@ -127,3 +127,16 @@ def test_lumina2_int8_at_768_px_fits_a_24_gib_card_load_peak_included():
     assert p.shape.image_tokens == 96 * 97 + 1 and p.rows == 2
     assert p.fits, p.text()
     assert max(p.total, p.peak_loading) <= 24 * 2**30
+
+
+def test_the_pixel_decode_costs_are_the_measured_ones():
+    """shapes.PIXEL_BYTES is benchmarks/scale/image_decode.json's figure for each family's decoder."""
+    import json
+    from pathlib import Path
+
+    measured = json.loads((Path(__file__).resolve().parents[2] / "benchmarks/scale/image_decode.json").read_text())
+    decoders = {"lumina2": "movqgan-270m", "chameleon": "chameleon-vqgan", "anole": "chameleon-vqgan",
+                "janus": "janus-vq", "llamagen": "llamagen-vq16", "emu3": "emu3-vq"}  # fmt: skip
+    assert set(decoders) == set(shapes.PIXEL_BYTES)
+    for family, decoder in decoders.items():
+        assert shapes.PIXEL_BYTES[family] == measured["decoders"][decoder]["bytes_per_pixel"], family

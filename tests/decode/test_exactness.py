@@ -7,6 +7,7 @@ p < FAIL (measured p-values for mutants are below 1e-30).
 import pytest
 
 from jacobigen import METHODS, get_method
+from jacobigen.core.layout import ImageLayout
 from jacobigen.core.sampling import SamplingConfig
 from jacobigen.decode.api import make_decoder
 from jacobigen.decode.jacobi import Parts
@@ -87,6 +88,26 @@ def test_every_lossless_preset_is_exact(model, exact, method, window):
     opts = {k: v for k, v in {**SMALL_TREE, "tree_depth": 4 if window == 8 else 3}.items() if k in spec.options}
     sampling = "cfg-topp" if window == 8 else "plain"
     assert pvalue(model, exact, spec.build(window, **opts), True, sampling) > PASS
+
+
+@pytest.fixture(scope="module")
+def shifted():
+    """A layout whose image ids start past 0 (3..5, end of line 6, end 7) in a vocabulary with ids on
+    both sides of the span, as a family checkpoint's (Chameleon's codes start at 4): the decoders'
+    tables cover the span, so an id offset gone wrong samples the wrong ids."""
+    model = tiny_model(vocab=10)
+    lay = ImageLayout(2, 3, (3, 6), eol_id=6, end_id=7)
+    return model, lay, {s: exact_distribution(model, lay, SAMPLINGS[s]) for s in ("plain", "topk")}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method", LOSSLESS)
+def test_every_lossless_preset_is_exact_where_image_ids_start_past_zero(shifted, method):
+    model, lay, exact = shifted
+    spec = METHODS[method]
+    sampling = "topk" if method.startswith("scd-gs") else "plain"  # top-k: the support ids, offset
+    parts = spec.build(4, **{k: v for k, v in SMALL_TREE.items() if k in spec.options})
+    assert gof_pvalue(exact[sampling], sample(model, lay, SAMPLINGS[sampling], parts, N)) > PASS
 
 
 @pytest.mark.slow

@@ -64,7 +64,7 @@ def lumina_tokens(side: int) -> int:
 
 # bytes one image's pixel decode holds per output pixel at float32, measured on a CPU (AMD EPYC) by
 # benchmarks/scale/image_decode.py (its JSON beside it): peak resident memory over the process' before
-PIXEL_BYTES = {"lumina2": 8294, "chameleon": 1625, "anole": 1625, "janus": 2808, "llamagen": 2179, "emu3": 41627}
+PIXEL_BYTES = {"lumina2": 8293, "chameleon": 1697, "anole": 1697, "janus": 2719, "llamagen": 1719, "emu3": 41596}
 
 
 def image_side(name: str, raw: dict, size: int) -> int:
