@@ -78,18 +78,23 @@ def test_made_checkpoints_of_the_other_families_stream_and_decode(made, family, 
 
 
 @pytest.mark.parametrize("quantize", [None, "int8"])
-@pytest.mark.parametrize("family", ["lumina2", "chameleon", "emu3"])
+@pytest.mark.parametrize("family", ["lumina2", "chameleon", "emu3", "llamagen", "cosmos"])
 def test_the_plan_counts_the_model_the_streaming_load_builds(tiny, made, family, quantize):
+    """Before any weight loads, the plan counts the bytes of the model the loader then builds: from
+    config.json, or for LlamaGen and Cosmos from the memory-mapped tensors' shapes."""
     from importlib import import_module
 
     folder = (tiny if family == "lumina2" else made)[family]
-    size = {"lumina2": 256, "chameleon": 64, "emu3": 32}[family]
+    size = {"lumina2": 256, "chameleon": 64, "emu3": 32}.get(family)
     load = import_module(f"jacobigen.models.families.{family}").load
-    bundle = load(str(folder), "cpu", size=size, dtype=torch.bfloat16, quantize=quantize)
-    plan = memory.plan(shapes.shape_of(f"{family}:{folder}?size={size}"), dtype=torch.bfloat16, quantize=quantize,
-                       free=None)  # fmt: skip
+    kw = {"size": size} if size else {}
+    bundle = load(str(folder), "cpu", dtype=torch.bfloat16, quantize=quantize, **kw)
+    spec = f"{family}:{folder}" + (f"?size={size}" if size else "")
+    plan = memory.plan(shapes.shape_of(spec), dtype=torch.bfloat16, quantize=quantize, free=None)
     assert plan.weights - plan.shape.decoder == weight_bytes(bundle.model)
-    assert (plan.shape.decoder > 0) == (family != "emu3")  # MoVQGAN / VQGAN the loader keeps, at float32
+    assert (plan.shape.decoder > 0) == (family in ("lumina2", "chameleon"))  # MoVQGAN / VQGAN kept at float32
+    assert plan.shape.image_tokens == bundle.layout.length
+    assert (plan.shape.image_decode > 0) == (family != "cosmos")  # cosmos previews its codes
 
 
 @pytest.mark.parametrize(

@@ -51,7 +51,7 @@ class Shape:
     logits: int  # ids the logits cover
     tied: bool = False  # head = input embedding
     head: int | None = None  # output head rows (None: ``logits``)
-    qk_norm: bool = False  # a weight and bias per head on q and k
+    qk_norm: str | None = None  # "chameleon": a weight and bias per head on q and k; "rms": one weight per head width
     extra_linear: tuple[tuple[int, int], ...] = ()  # other linear layers [out, in] (a family's image head)
     extra_params: int = 0  # other unquantized parameters (a family's image embedding, class table)
     image_tokens: int = 0  # the layout's tokens at the default size, structural ones included
@@ -78,7 +78,8 @@ class Shape:
     def other_params(self) -> int:
         """Parameters outside the linear layers: embeddings, norms, q/k norms."""
         norms = self.n_layers * 2 * self.dim + self.dim
-        qk = self.n_layers * 2 * (self.n_heads + self.kv_heads) * self.head_dim if self.qk_norm else 0
+        per_layer = {"chameleon": 2 * (self.n_heads + self.kv_heads) * self.head_dim, "rms": 2 * self.head_dim}
+        qk = self.n_layers * per_layer[self.qk_norm] if self.qk_norm else 0
         return self.vocab * self.dim + norms + qk + self.extra_params
 
     @property
@@ -344,4 +345,4 @@ def from_config(cfg, name: str, image_tokens: int, **kw) -> Shape:
     """The shape of our decoder (:class:`~jacobigen.models.transformer.TransformerConfig`)."""
     c = cfg
     return Shape(name, c.dim, c.n_layers, c.n_heads, c.kv_heads, c.head_dim, c.hidden_dim, c.vocab_size, c.vocab_size,
-                 tied=c.tie_embeddings, qk_norm=c.qk_norm is not None, image_tokens=image_tokens, **kw)  # fmt: skip
+                 tied=c.tie_embeddings, qk_norm=c.qk_norm, image_tokens=image_tokens, **kw)  # fmt: skip

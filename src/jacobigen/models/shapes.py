@@ -20,7 +20,9 @@ from .releases import RELEASES, Release
 def shape_of(spec: str) -> Shape | None:
     """The shape of a ``--model`` spec without loading its weights: the shipped and random models
     from their configs, Chameleon / Lumina-mGPT / Anole / Janus / Emu3 checkpoints from their
-    ``config.json``; None where only loading tells (LlamaGen and Cosmos files, which carry no config)."""
+    ``config.json``, LlamaGen and Cosmos files from the config their loaders infer from the tensors'
+    shapes (memory-mapped: no tensor is read); None where only loading tells (a LlamaGen file whose
+    pickled arguments need ``--trust-checkpoint``, or a LlamaGen ``.safetensors``, which loads whole)."""
     from . import embedded as E
 
     if spec in ("default", "emoji", "emoji-video") or spec.partition(":")[0] in ("emoji", "emoji-video"):
@@ -46,12 +48,12 @@ def shape_of(spec: str) -> Shape | None:
     path, _, query = path.partition("?")
     from .families.base import require_dir
 
-    if name in ("llamagen", "cosmos"):  # a checkpoint file or its folder, with no config to plan from
+    size = int(dict(p.partition("=")[::2] for p in query.split("&") if p).get("size") or 0)
+    if name in ("llamagen", "cosmos"):  # a checkpoint file or its folder: planned from its tensors' shapes
         if not Path(path).expanduser().exists():
             raise WeightsError(f"{family} weights not found: {Path(path).expanduser()} does not exist")
-        return None
+        return pt_shape(spec, name, Path(path).expanduser(), size)
     folder = require_dir(path, family)  # a missing folder is said here, before any plan
-    size = int(dict(p.partition("=")[::2] for p in query.split("&") if p).get("size") or 0)
     return family_shape(spec, name, folder, size)
 
 
@@ -162,26 +164,56 @@ def movq_bytes(folder: Path) -> int:
     return sum(v.numel() * 4 for k, v in state.items() if k.startswith(DECODER_KEYS))
 
 
+def llamagen_shape(spec: str, c, decoder: bool) -> Shape:
+    """A LlamaGen GPT (:class:`LlamaGenConfig`): class ids follow the codes in our id space (1000
+    classes + the null label), the head covers the codes; ``decoder``: its VQ-16 decodes the pixels."""
+    stack = from_config(c.decoder(), spec, c.block_size, streamed=True)
+    pixels = PIXEL_BYTES["llamagen"] * (16 * c.grid) ** 2 if decoder else 0
+    ids = c.vocab_size + c.cond_ids
+    return replace(stack, vocab=ids, logits=ids, head=c.vocab_size, prompt_tokens=c.cls_token_num, image_decode=pixels)
+
+
+def cosmos_shape(spec: str, c) -> Shape:
+    """A Cosmos model (:class:`CosmosConfig`): its given latent frames are the prompt, no CFG (one row
+    per clip), and clips preview their codes (no pixel decoder)."""
+    frame = c.latent_shape[1] * c.latent_shape[2]
+    given = c.context_frames * frame
+    stack = from_config(c.decoder(), spec, c.max_seq_len - given, prompt_tokens=given, streamed=True)
+    return replace(stack, cfg=False)
+
+
+def pt_shape(spec: str, name: str, path: Path, size: int) -> Shape | None:
+    """LlamaGen's or Cosmos' checkpoint file (or its folder) through the loader's own config reader."""
+    if name == "cosmos":
+        from .families.cosmos import read_config as cosmos_config
+
+        return cosmos_shape(spec, cosmos_config(path)[2])
+    from .families.llamagen import DOWNSAMPLE, gpt_checkpoint
+    from .families.llamagen import read_config as llamagen_config
+
+    ckpt = gpt_checkpoint(path)
+    if ckpt.suffix == ".safetensors":
+        return None
+    try:
+        _, c = llamagen_config(ckpt, **({"block_size": (size // DOWNSAMPLE) ** 2} if size else {}))
+    except WeightsError as e:
+        if "--trust-checkpoint" in str(e):  # its pickled arguments: read only once the user trusts them
+            return None
+        raise
+    return llamagen_shape(spec, c, (ckpt.parent / f"vq_ds{DOWNSAMPLE}_{c.model_type}.pt").is_file())
+
+
 def release_shape(name: str, r: Release) -> Shape:
     """The shape of a published release, from its configuration through the same readers."""
     note = dict(note=r.note)
     if r.family == "llamagen":
         from .families.llamagen_model import LlamaGenConfig
 
-        c = LlamaGenConfig(**r.config)
-        stack = replace(from_config(c.decoder(), name, c.block_size), streamed=True, **note)
-        # class ids follow the codes in our id space (1000 classes + the null label); the head covers the codes
-        return replace(stack, vocab=c.vocab_size + c.cond_ids, logits=c.vocab_size + c.cond_ids,
-                       head=c.vocab_size, prompt_tokens=c.cls_token_num,
-                       image_decode=PIXEL_BYTES["llamagen"] * (16 * c.grid) ** 2)  # fmt: skip
+        return replace(llamagen_shape(name, LlamaGenConfig(**r.config), True), **note)
     if r.family == "cosmos":
         from .families.cosmos import CosmosConfig
 
-        c = CosmosConfig(**r.config)
-        frame = c.latent_shape[1] * c.latent_shape[2]
-        given, sampled = c.context_frames * frame, c.max_seq_len - c.context_frames * frame
-        stack = from_config(c.decoder(), name, sampled, prompt_tokens=given, streamed=True)
-        return replace(stack, cfg=False, **note)  # no CFG: one row per clip
+        return replace(cosmos_shape(name, CosmosConfig(**r.config)), **note)
     if r.family in ("janus", "emu3"):
         from ..core.quantize import quiet_torchao
 

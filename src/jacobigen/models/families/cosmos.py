@@ -263,6 +263,13 @@ def load_cosmos(
 ) -> Cosmos:
     """``model.pt`` (or a folder holding it) with an optional ``cosmos.json`` of config overrides,
     streamed from the memory-mapped file at ``dtype`` (default :func:`.base.default_dtype`)."""
+    file, state, cfg = read_config(path)
+    return stream_checkpoint(state, cfg, file, dtype or default_dtype(device), device, quantize)
+
+
+def read_config(path: Path) -> tuple[Path, dict, CosmosConfig]:
+    """(file, memory-mapped state, config) of ``model.pt`` or its folder, with ``cosmos.json``'s
+    overrides; no tensor is read (the loader and the memory plan)."""
     file = path / "model.pt" if path.is_dir() else path
     if not file.is_file():
         raise WeightsError(f"Cosmos weights not found: {file} (pass the model.pt or its folder)")
@@ -272,8 +279,7 @@ def load_cosmos(
         over = json.loads(extra.read_text()) if extra.is_file() else {}
     except json.JSONDecodeError as e:
         raise ConfigError(f"{extra} is not valid JSON: {e}") from None
-    cfg = config_from_state(state, **over)
-    return stream_checkpoint(state, cfg, file, dtype or default_dtype(device), device, quantize)
+    return file, state, config_from_state(state, **over)
 
 
 def save_config(model: Cosmos, directory: Path) -> None:

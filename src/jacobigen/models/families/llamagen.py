@@ -119,6 +119,23 @@ def read_state(path: Path, trust: bool = False) -> tuple[dict, dict]:
     return ckpt, args
 
 
+def read_config(path: Path, trust: bool = False, **over) -> tuple[dict, LlamaGenConfig]:
+    """(memory-mapped state, config) of a GPT checkpoint file: the config inferred from its tensors'
+    shapes and arguments, with ``llamagen.json`` beside it and ``over`` on top; no tensor is read (the
+    loader and the memory plan)."""
+    state, args = read_state(path, trust)
+    cfg_file = path.parent / "llamagen.json"
+    if cfg_file.is_file():
+        known = {f.name for f in fields(LlamaGenConfig)}
+        over = {**{k: v for k, v in json.loads(cfg_file.read_text()).items() if k in known}, **over}
+    try:
+        return state, config_from_state(state, path.name, args, **over)
+    except (WeightsError, ConfigError):
+        raise
+    except Exception as e:
+        raise WeightsError(f"{path} is not a LlamaGen GPT checkpoint: {e}") from e
+
+
 def load_llamagen(
     path: Path,
     device: str = "cpu",
@@ -129,13 +146,8 @@ def load_llamagen(
 ) -> LlamaGen:
     """The GPT of a checkpoint file, streamed from its memory-mapped tensors (:func:`stream_checkpoint`)
     at ``dtype`` (default :func:`.base.default_dtype`), each decoder linear quantized to ``quantize``."""
-    state, args = read_state(path, trust_checkpoint)
-    cfg_file = path.parent / "llamagen.json"
-    if cfg_file.is_file():
-        known = {f.name for f in fields(LlamaGenConfig)}
-        over = {**{k: v for k, v in json.loads(cfg_file.read_text()).items() if k in known}, **over}
+    state, cfg = read_config(path, trust_checkpoint, **over)
     try:
-        cfg = config_from_state(state, path.name, args, **over)
         state = {k: v for k, v in state.items() if k.split(".")[-1] != "freqs_cis"}  # rebuilt from the grid
         return stream_checkpoint(state, cfg, path, dtype or default_dtype(device), device, quantize)
     except (WeightsError, ConfigError):
