@@ -488,6 +488,8 @@ TABLES = {
     "auto-default": auto_default,
     "profile": profile,
     "profile-lean-step": lambda: profile("profile/lean-step"),
+    "profile-narrow-tables": lambda: profile("profile/narrow-tables"),
+    "profile-narrow-tables-bf16": lambda: profile("profile/narrow-tables/bf16"),
 }
 
 

@@ -56,9 +56,10 @@ def main() -> None:
     ap.add_argument("--runs", default="ar:1,sjd:16,scd-gs:16,sjd-pac:16")
     ap.add_argument("--prompt", default="grinning face")
     ap.add_argument("--top", type=int, default=8)
+    ap.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32", help="the model's dtype")
     args = ap.parse_args()
     torch.set_num_threads(1)
-    pipe = load_bundle("default", device="cpu")
+    pipe = load_bundle("default", device="cpu", dtype=getattr(torch, args.dtype))
     _, enc, uncond = encode_one(pipe, args.prompt)
     for spec in args.runs.split(","):
         method, window = spec.split(":")
@@ -81,7 +82,7 @@ def main() -> None:
             f"{1 - best.forward_time / best.wall_time:.1%}, {best.nfe} forwards, "
             f"{count_ops(pipe, args.prompt, method, int(window), 1):.0f} torch ops per iteration outside the model, "
             f"bookkeeping {(best.wall_time - best.forward_time) / best.nfe * 1e3:.3f} ms per iteration "
-            f"({time.strftime('%H:%M')}, load {open('/proc/loadavg').read().split()[0]})\n"
+            f"({time.strftime('%H:%M')}, load {open('/proc/loadavg').read().split()[0]}, {args.dtype})\n"
         )
         print("| own time (s, under cProfile) | function |\n|---|---|")
         for t, name in sorted(own, reverse=True)[: args.top]:

@@ -87,15 +87,21 @@ def target_probs(
 class TargetPipeline:
     """:func:`target_probs` for one layout, with its forced structural tokens: a position's *kind*
     (0: free, i: the i-th structural id) indexes small tables, so forced positions cost no branch
-    and no host sync, and the layout's prior comes from the same tables."""
+    and no host sync, and the layout's prior comes from the same tables.
+
+    Its distributions are [..., ``width``] over the ids below the layout's id span's end (``width`` =
+    hi), not the whole vocabulary: no image or structural id lies above it, and every table a decoder
+    keeps per slot (drafts, the VP history, residuals) is that wide, so a step's bookkeeping is
+    5.3x smaller on the embedded model (1,027 of 5,422 ids) and 7.4x on Lumina-mGPT (8,804 of
+    65,536). An id keeps its number; nothing is renumbered."""
 
     def __init__(self, sampling: SamplingConfig, layout, vocab_size: int, device=None):
         self.sampling = sampling
         self.allowed = layout.allowed(vocab_size, device)
         self.forced = layout.forced(device)
         ids = sorted(set(self.forced[self.forced >= 0].tolist()))
-        lo, hi = self.span = layout.id_span(vocab_size)  # targets are computed there, then laid into [V]
-        self.vocab_size = vocab_size
+        lo, hi = self.span = layout.id_span(vocab_size)  # targets are computed there, then laid into [hi]
+        self.width = hi
         self.inside = self.allowed[lo:hi]  # the span's allowed ids, and the others
         self.blocked = ~self.inside
         k = sampling.top_k
@@ -107,12 +113,12 @@ class TargetPipeline:
             self.onehot[1 + i, tok - lo] = 1.0
             kind[:-1][self.forced == tok] = 1 + i
         self.kind, self.length = kind, layout.length
-        self.prior_table = torch.zeros(1 + len(ids), vocab_size, device=device)
+        self.prior_table = torch.zeros(1 + len(ids), hi, device=device)
         self.prior_table[:, lo:hi] = self.onehot
-        self.prior_table[0] = self.allowed.float() / self.allowed.sum()
+        self.prior_table[0] = self.allowed[:hi].float() / self.allowed.sum()
 
     def prior(self, gen_positions: torch.Tensor) -> torch.Tensor:
-        """Draft distribution [..., V] of a position never evaluated: uniform over the image ids,
+        """Draft distribution [..., width] of a position never evaluated: uniform over the image ids,
         one-hot where the layout forces a token."""
         return self.prior_table[self.kind[gen_positions.clamp(0, self.length)]]
 
@@ -132,4 +138,4 @@ class TargetPipeline:
         probs = torch.where(forced, F.embedding(kind, self.onehot), probs)
         if top is not None:
             top = torch.where(forced, F.embedding(kind, self.ids.unsqueeze(-1)), top + lo)
-        return F.pad(probs, (lo, self.vocab_size - hi)), top
+        return F.pad(probs, (lo, 0)), top

@@ -179,7 +179,7 @@ class Batch:
         self.group, self.length, self.device = engine.group, engine.layout.length, engine.device
         self.cache = engine.model.new_cache(rows * self.group, slots)
         self.flight = _empty_flight(rows, self.group, engine.schedule.board_width, self.length, self.device)
-        vocab = engine.model.vocab_size
+        vocab = engine.targets_of.width  # the tables' ids: up to the layout's id span's end
         engine.schedule.start(rows, vocab, self.cache)
         engine.parts.drafter.start(rows, engine.schedule.slot_count, vocab, self.device)
         engine.nfe, engine.forward_time = 0, 0.0
