@@ -33,7 +33,9 @@ from ..core.errors import ConfigError
 from ..core.reading import CLOEXEC, FILE_KINDS, NOFOLLOW, parse_json, positive, read_bounded, within
 
 FORMAT = "jacobigen-calibration"
-VERSION = 3  # of the records: a change of what a record holds starts them afresh (3: curves in the decode's cache)
+# of the records: a change of what a record holds starts them afresh (3: curves in the decode's cache;
+# 4: the bookkeeping of tables as wide as the id span, measured afresh)
+VERSION = 4
 MAX_BYTES = 1 << 20
 MAX_RECORDS = 32
 MAX_ENTRIES = 64  # per field of a record
