@@ -9,8 +9,10 @@ the load peak (the weights plus the load's largest transient: :func:`load_transi
   weight and a bf16 scale and zero per 128 weights, torchao's tile-packed int4);
 - **KV cache**: keys and values of every layer for each model row (a sequence holds two rows under
   CFG), over the slots the decoder allocates: prompt + image tokens + a window, rounded up to 64;
-- **buffers**: the decoder's per-sequence float32 tables over the vocabulary (targets, drafts' q,
-  history: ``PER_SLOT`` tables of window + 1 rows, :mod:`jacobigen.core.limits`);
+- **buffers**: the decoder's per-sequence float32 tables (targets, drafts' q, history: ``PER_SLOT``
+  tables of window + 1 rows, :mod:`jacobigen.core.limits`), counted over the whole vocabulary: an
+  upper bound, as the decoder's tables end at the layout's id span's end (1,027 of the embedded
+  model's 5,422 ids; :class:`jacobigen.core.sampling.TargetPipeline`);
 - **activations**: the live tensors of one layer for the widest block the decoder runs (the prompt's
   prefill or a window): residual stream, q/k/v, the float mask, the MLP's, and off CUDA the attention
   scores over the whole cache (SDPA's math path); plus the logits in the model's dtype and in float32.
@@ -162,7 +164,7 @@ class Plan:
             f"  weights      {size(self.weights):>10}  ({count(s.parameters)} parameters)",
             f"  KV cache     {size(self.cache):>10}  ({self.rows} rows = {n} sequence(s){guided}; {self.capacity:,} "
             f"slots each: {self.prompt} prompt + {s.image_tokens:,} image + {self.window} window tokens, rounded up)",
-            f"  buffers      {size(self.buffers):>10}  ({PER_SLOT} float32 tables of {self.window + 1} x "
+            f"  buffers      {size(self.buffers):>10}  ({PER_SLOT} float32 tables of {self.window + 1} x at most "
             f"{s.logits:,} per sequence)",
             f"  activations  {size(self.activations):>10}  (one layer and the logits for the widest block: "
             f"{self.block:,} tokens x {self.rows} rows; an upper estimate)",
