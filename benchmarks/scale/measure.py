@@ -134,11 +134,11 @@ def generate(spec: str, quantize: str | None, out_dir: Path, threads: int) -> di
     from jacobigen.models import memory, shapes
 
     results = {}
-    for name, window in {"ar": 1, "scd-mc-16": 16}.items():
+    for name, (method, window) in {"ar": ("ar", 1), "scd-mc-16": ("scd-mc", 16)}.items():
         out_dir.mkdir(parents=True, exist_ok=True)
         image, stats_file = out_dir / f"{name}.png", out_dir / f"{name}.json"
         argv = ["generate", "--model", spec, "a red fox in the snow", "--seed", "0", "--out", str(image)]
-        argv += ["--stats", str(stats_file), "--force", "--method", name.split("-16")[0], "--window", str(window)]
+        argv += ["--stats", str(stats_file), "--force", "--method", method, "--window", str(window)]
         argv += ["--threads", str(threads)] + (["--quantize", quantize] if quantize else [])
         plan = memory.plan(shapes.shape_of(spec), dtype=FORCED[0], quantize=quantize, window=window, free=None)
         Path("/proc/self/clear_refs").write_text("5")

@@ -33,7 +33,7 @@ def shape_of(spec: str) -> Shape | None:
         cfg = _safetensors_config(folder / "ar.safetensors")
         if cfg is None:
             return None
-        tokens = E.GRID * (E.GRID + 1) + 1
+        tokens = E.IMAGE_TOKENS
         if family == "emoji-video":
             tokens = cfg.max_seq_len  # a clip fills the model's positions
         return from_config(cfg, spec, tokens, prompt_tokens=16)
@@ -57,11 +57,14 @@ def shape_of(spec: str) -> Shape | None:
     return family_shape(spec, name, folder, size)
 
 
-def lumina_tokens(side: int) -> int:
-    """Lumina-mGPT's image tokens at ``side`` pixels: rows of 2 codes per 32 px, each with its
-    end-of-line, then end-of-image."""
-    g = side // 16
+def lined_tokens(g: int) -> int:
+    """Tokens of a g x g grid whose rows each end in an end-of-line token, then an end-of-image."""
     return g * (g + 1) + 1
+
+
+def lumina_tokens(side: int) -> int:
+    """Lumina-mGPT's image tokens at ``side`` pixels: a code per 16 px."""
+    return lined_tokens(side // 16)
 
 
 # bytes one image's pixel decode holds per output pixel at float32, measured on a CPU (AMD EPYC) by
@@ -82,9 +85,8 @@ def image_tokens(name: str, raw: dict, side: int) -> int:
     """The layout's tokens of an image of ``side`` pixels."""
     if name == "chameleon":
         return lumina_tokens(side)
-    if name in ("lumina2", "emu3"):  # 8 px per code, an end-of-line token per row
-        g = side // 8
-        return g * (g + 1) + 1
+    if name in ("lumina2", "emu3"):  # 8 px per code
+        return lined_tokens(side // 8)
     return 1025 if name == "anole" else int(raw.get("vision_config", {}).get("num_image_tokens", 576))
 
 
@@ -153,15 +155,12 @@ def family_shape(spec: str, name: str, folder: Path, size: int) -> Shape:
 
 def movq_bytes(folder: Path) -> int:
     """Bytes of the MoVQGAN decoder the Lumina-mGPT 2.0 loader keeps (float32), read from the mapped file."""
+    from .families.base import mapped_bytes
     from .families.lumina2 import find_movqgan
     from .movqgan import DECODER_KEYS
 
     ckpt = find_movqgan(folder)
-    if ckpt is None:
-        return 0
-    state = torch.load(str(ckpt), map_location="cpu", weights_only=True, mmap=True)
-    state = state.get("state_dict", state)
-    return sum(v.numel() * 4 for k, v in state.items() if k.startswith(DECODER_KEYS))
+    return 0 if ckpt is None else mapped_bytes(ckpt, lambda k: k.startswith(DECODER_KEYS))
 
 
 def llamagen_shape(spec: str, c, decoder: bool) -> Shape:
@@ -188,6 +187,7 @@ def pt_shape(spec: str, name: str, path: Path, size: int) -> Shape | None:
         from .families.cosmos import read_config as cosmos_config
 
         return cosmos_shape(spec, cosmos_config(path)[2])
+    from .families.base import UntrustedCheckpoint
     from .families.llamagen import DOWNSAMPLE, gpt_checkpoint
     from .families.llamagen import read_config as llamagen_config
 
@@ -196,10 +196,8 @@ def pt_shape(spec: str, name: str, path: Path, size: int) -> Shape | None:
         return None
     try:
         _, c = llamagen_config(ckpt, **({"block_size": (size // DOWNSAMPLE) ** 2} if size else {}))
-    except WeightsError as e:
-        if "--trust-checkpoint" in str(e):  # its pickled arguments: read only once the user trusts them
-            return None
-        raise
+    except UntrustedCheckpoint:  # its pickled arguments: read only once the user trusts them
+        return None
     return llamagen_shape(spec, c, (ckpt.parent / f"vq_ds{DOWNSAMPLE}_{c.model_type}.pt").is_file())
 
 

@@ -130,6 +130,18 @@ def to_pil(
     return [Image.fromarray(np.ascontiguousarray(img.permute(1, 2, 0).cpu().numpy())) for img in x]
 
 
+class UntrustedCheckpoint(WeightsError):
+    """A checkpoint that pickles Python objects besides its tensors, read only with ``trust``."""
+
+
+def mapped_bytes(path: Path, keep: Callable[[str], object]) -> int:
+    """Bytes at float32 of the tensors of a pickled (Lightning) state dict whose keys ``keep`` accepts,
+    read from the memory-mapped file: what a decoder loaded from it at float32 holds."""
+    state = torch.load(str(path), map_location="cpu", weights_only=True, mmap=True)
+    state = state.get("state_dict", state)
+    return sum(v.numel() * 4 for k, v in state.items() if keep(k))
+
+
 def read_checkpoint(path: Path, what: str, trust: bool = False):
     """``torch.load`` of a pickled checkpoint. Tensors-only files load as is; a file that also pickles
     Python objects (LlamaGen's training scripts store their ``argparse.Namespace``) can run code
@@ -150,7 +162,7 @@ def read_checkpoint(path: Path, what: str, trust: bool = False):
                 f"cannot read {what} weights {path}: not a readable PyTorch checkpoint (corrupt, truncated or "
                 f"another format: {_unreadable(e)}); download it again"
             ) from e
-        raise WeightsError(
+        raise UntrustedCheckpoint(
             f"{path} pickles a Python object ({found.group(1)}) besides its tensors, as LlamaGen's training "
             f"scripts do with their arguments. Unpickling it could run code, so jacobigen reads only plain "
             f"tensors by default. If you trust this file, pass --trust-checkpoint (Python: "

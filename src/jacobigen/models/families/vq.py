@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ...core.errors import WeightsError
-from .base import read_checkpoint
+from .base import mapped_bytes, read_checkpoint
 
 
 class VQDecoder(nn.Module):
@@ -139,11 +139,7 @@ def chameleon_vqgan_bytes(root: Path) -> int:
     """Bytes of the VQGAN decoder :func:`load_chameleon_vqgan` keeps (float32), from the memory-mapped
     file (the memory plan counts it; the encoder is never read)."""
     ckpt = find_chameleon_vqgan(root)
-    if ckpt is None:
-        return 0
-    state = torch.load(str(ckpt), map_location="cpu", weights_only=True, mmap=True)
-    state = state.get("state_dict", state)
-    return sum(v.numel() * 4 for k, v in state.items() if taming_to_janus_key(k, 1))
+    return 0 if ckpt is None else mapped_bytes(ckpt, lambda k: taming_to_janus_key(k, 1))
 
 
 def taming_to_janus_key(k: str, levels: int) -> str | None:
