@@ -127,18 +127,23 @@ def stale_results(repo: Path, results: Path, changes: list[str]) -> list[str]:
     for path in sorted(results.rglob("*.json")):
         name = path.relative_to(results)
         for record in provenance(json.loads(path.read_text())):
-            commit = record["git_commit"]
-            if commit is None:
-                problems.append(f"{name}: ran outside a git checkout, so its code is unknown")
-                continue
-            if record.get("git_dirty") is not False:
-                problems.append(f"{name}: ran from {commit[:7]} with uncommitted changes")
-            problems += [
-                f"{name}: ran from {commit[:7]}, before {c}, which changed tokens"
-                for c in changes
-                if not descends(repo, c, commit)
-            ]
+            problems += stale_record(repo, name, record, changes)
     return list(dict.fromkeys(problems))  # a bench's settings repeat its commit
+
+
+def stale_record(repo: Path, name, record: dict, changes: list[str]) -> list[str]:
+    """Why one record (``git_commit``, ``git_dirty``) may not describe the code, if it may not."""
+    commit = record["git_commit"]
+    if commit is None:
+        return [f"{name}: ran outside a git checkout, so its code is unknown"]
+    problems = (
+        [f"{name}: ran from {commit[:7]} with uncommitted changes"] if record.get("git_dirty") is not False else []
+    )
+    return problems + [
+        f"{name}: ran from {commit[:7]}, before {c}, which changed tokens"
+        for c in changes
+        if not descends(repo, c, commit)
+    ]
 
 
 def test_the_changes_page_names_the_commits_that_changed_tokens():
@@ -154,6 +159,18 @@ def test_committed_results_ran_from_the_code_they_describe():
     changes = token_changes((ROOT / "docs" / "changes.md").read_text())
     problems = stale_results(ROOT, ROOT / "benchmarks", changes)
     assert not problems, "stale benchmark JSON (rerun its command, see benchmarks/README.md):\n" + "\n".join(problems)
+
+
+def test_the_samples_grid_ran_from_the_code_that_makes_its_tokens():
+    """samples.png, the first picture a user sees, is remade by its README command after every change
+    of tokens: its PNG record (``jacobigen generate --out``) names the commit that drew it."""
+    from PIL import Image
+
+    path = ROOT / "src" / "jacobigen" / "weights" / "samples.png"
+    record = json.loads(Image.open(path).text.get("jacobigen", '{"git_commit": null}'))
+    changes = token_changes((ROOT / "docs" / "changes.md").read_text())
+    problems = stale_record(ROOT, "samples.png", record, changes)
+    assert not problems, "remake samples.png with the README's command:\n" + "\n".join(problems)
 
 
 # Result files that name no commit, so the check above cannot see them: each stays for the reason given,

@@ -7,6 +7,8 @@ prompt's name (``name@k``) or its emoji subgroup, e.g. face-smiling (``subgroup@
 level scores the same images against another prompt's name (a fixed derangement of the prompts):
 what retrieval gives when the caption is ignored. The gallery: every held-out image, every image
 of the evaluated training names, and a fixed sample of other training images as distractors.
+With ``--curated`` the prompts are every name of the curated vocabulary (training/vocabulary.py),
+whatever their split, and the gallery every image of those names plus the distractors.
 
     python training/eval_steering.py --out checkpoints/steering/before.json
     PYTHONPATH=/path/to/other/src python training/eval_steering.py ...   (another version's model)
@@ -22,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+import vocabulary
 from common import DATA, add_cpu_args, add_sources_arg, load_images, load_split
 from fetch_data import split_group
 from PIL import Image
@@ -39,10 +42,14 @@ def pick_names(captions: list[str], indices, n: int, rng: np.random.Generator) -
     return [str(s) for s in rng.choice(names, size=min(n, len(names)), replace=False)]
 
 
-def gallery_indices(captions, split, names: set[str], distractors: int, rng) -> np.ndarray:
-    own = [i for i in split["train"] if split_group(captions[i]) in names]
+def gallery_indices(captions, split, names: set[str], distractors: int, rng, held_out: bool = True) -> np.ndarray:
+    """Every image of `names` in the training split (both splits without `held_out`), every held-out
+    image (with `held_out`), and `distractors` other training images."""
+    pool = split["train"] if held_out else [*split["train"], *split["test"]]
+    own = [i for i in pool if split_group(captions[i]) in names]
     others = np.setdiff1d(split["train"], own)
-    return np.array(sorted({*split["test"], *own, *rng.choice(others, distractors, replace=False).tolist()}))
+    held = split["test"] if held_out else []
+    return np.array(sorted({*held, *own, *rng.choice(others, distractors, replace=False).tolist()}))
 
 
 def gallery_features(images: np.ndarray, indices: np.ndarray, cache: Path) -> np.ndarray:
@@ -80,6 +87,7 @@ def main() -> None:
     ap.add_argument("--temperature", type=float, help="sampling temperature (default: the model's)")
     ap.add_argument("--top-k", type=int, help="top-k (default: the model's)")
     ap.add_argument("--top-p", type=float, help="top-p (default: the model's)")
+    ap.add_argument("--curated", action="store_true", help="prompt every curated name (training/vocabulary.py)")
     ap.add_argument("--out", type=Path, required=True)
     add_sources_arg(ap)
     add_cpu_args(ap)
@@ -92,12 +100,16 @@ def main() -> None:
     captions = json.loads((DATA / "captions.json").read_text())
     keywords = json.loads((DATA / "keywords.json").read_text())
     rng = np.random.default_rng(0)
-    prompts = {
-        "held-out": pick_names(captions, split["test"], args.names, rng),
-        "train": pick_names(captions, split["train"], args.names, rng),
-    }
-    index = gallery_indices(captions, split, {*prompts["train"]}, args.distractors, rng)
-    gallery = gallery_features(images, index, DATA / "steering_gallery.npz")
+    if args.curated:
+        prompts = {"curated": vocabulary.all_names()}
+        index = gallery_indices(captions, split, {*prompts["curated"]}, args.distractors, rng, held_out=False)
+    else:
+        prompts = {
+            "held-out": pick_names(captions, split["test"], args.names, rng),
+            "train": pick_names(captions, split["train"], args.names, rng),
+        }
+        index = gallery_indices(captions, split, {*prompts["train"]}, args.distractors, rng)
+    gallery = gallery_features(images, index, DATA / f"steering_gallery{'_curated' * args.curated}.npz")
     names = np.array([split_group(captions[i]) for i in index])
     subgroup_of = {split_group(c): kw["subgroup"] or split_group(c) for c, kw in zip(captions, keywords, strict=True)}
     subgroups = np.array([subgroup_of[n] for n in names])

@@ -1,7 +1,8 @@
 """Copy a training export into the package: the one step that changes shipped weights.
 
 Training writes only under checkpoints/; this copies an AR run's export (ar.safetensors and, for
-word captions, its words.json) into src/jacobigen/weights/ (a video run's into weights/video/), or
+word captions, its words.json; for a run on the curated names, its names.json) into
+src/jacobigen/weights/ (a video run's into weights/video/), or
 with --vq the VQ export, and records what was shipped (run, step, held-out figure, sha256 of each
 file) in weights/manifest.json, which the model card quotes. Shipping a VQ invalidates the AR
 models' tokens: retokenise and retrain after it.
@@ -37,11 +38,12 @@ def main() -> None:
         files, info = ["vq.safetensors"], json.loads((run / "final.json").read_text())
         record = {"run": "vq", "heldout_psnr": round(info["psnr"], 2)}
     else:
-        files, info = ["ar.safetensors", "words.json"], json.loads((run / "best.json").read_text())
+        files, info = ["ar.safetensors", "words.json", "names.json"], json.loads((run / "best.json").read_text())
         record = {"run": args.run, "step": info["step"], "heldout_code_ce": round(info["heldout_code_ce"], 4)}
-        if not (run / "export" / "words.json").exists():  # a byte-caption model
-            files.remove("words.json")
-            (dest / "words.json").unlink(missing_ok=True)
+        for optional in ("words.json", "names.json"):  # byte captions; captions read as words, not names
+            if not (run / "export" / optional).exists():
+                files.remove(optional)
+                (dest / optional).unlink(missing_ok=True)
     manifest_path = WEIGHTS / "manifest.json"
     manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else {}
     dest.mkdir(exist_ok=True)

@@ -28,6 +28,7 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.nn.functional as F
+import vocabulary
 from common import DATA, ROOT, Log, add_cpu_args, cosine_lr, load_images, load_split, save_atomic
 from fetch_data import split_group
 
@@ -78,6 +79,19 @@ def initial_words(init: Path | None) -> list[str]:
     return reader.words if isinstance(reader, E.WordCaptions) else []
 
 
+def curated_run(captions: list[str], keywords: list[dict], split: dict, first: list[str]):
+    """A run on the curated names (training/vocabulary.py): every image captioned exactly by one
+    (from both splits: a user's "bear" must draw, wherever the held-out rule put it) to train on,
+    the other names' held-out images to measure, the vocabulary (``first``, then the names' words
+    and their mirrored spellings), and the names.json its export carries."""
+    names = vocabulary.names_file(captions, keywords)
+    known = set(names["names"])
+    drawn = [i for i, c in enumerate(captions) if c in known]
+    said = dict.fromkeys(w for n in names["names"] for w in E.caption_words(f"{n} {mirror_caption(n)}"))
+    words = E.WordCaptions([*first, *(w for w in said if w not in set(first))])
+    return {"train": drawn, "test": sorted(set(split["test"]) - set(drawn))}, words, names
+
+
 def drawing_rows(images: np.ndarray, white: int = 240) -> np.ndarray:
     """Per image, the first row of its code grid whose pixels hold anything not white: where the
     drawing starts. The codes there decide what the picture becomes: the shipped model completes
@@ -91,6 +105,7 @@ class Batches:
     """Builds padded [B, T] token batches with image-only targets and their loss weights."""
 
     weights: np.ndarray | None = None  # per-example draw probabilities; None: uniform
+    vary: bool = True  # training captions vary (caption_variant); False: always the image's name
     first_rows: np.ndarray | None = None  # per dataset image: drawing_rows; None: every target weighs 1
 
     def __init__(
@@ -132,7 +147,7 @@ class Batches:
         """The k-th example's caption (None when dropped) and code grid (held out: name, no flip)."""
         i = self.indices[k]
         caption, grid = self.captions[i], self.tokens[i]
-        if self.train:
+        if self.train and self.vary:
             caption = caption_variant(caption, self.keywords[i], rng)
         if self.flippable[k] and rng.random() < 0.5:
             caption, grid = mirror_caption(caption), self.flipped[i]
@@ -280,15 +295,20 @@ def mean_code_ce(model: Transformer, data: Batches, bs: int = 32) -> float:
     return total / max(1, count)
 
 
-def export(model: Transformer, ckpt_dir: Path, step: int, heldout: float, words: E.WordCaptions | None) -> None:
+def export(
+    model: Transformer, ckpt_dir: Path, step: int, heldout: float, words: E.WordCaptions | None, names: dict | None
+) -> None:
     """The run's best model so far (its latest, with --export-when always), as the package would ship
-    it (training/ship.py copies it); the vocabulary beside it when it reads word captions. best.json
-    records the exported step and held-out loss, which ship.py writes into the manifest."""
+    it (training/ship.py copies it); the vocabulary beside it when it reads word captions, and the
+    known names (names.json) when it trained on a curated set. best.json records the exported step
+    and held-out loss, which ship.py writes into the manifest."""
     out = ckpt_dir / "export"
     out.mkdir(parents=True, exist_ok=True)
     save_transformer(model, out / "ar.safetensors")
     if words is not None:
         (out / "words.json").write_text(json.dumps({"words": words.words}, ensure_ascii=False))
+    if names is not None:
+        (out / "names.json").write_text(json.dumps(names, ensure_ascii=False, indent=1))  # as vocabulary.py --write
     info = {
         "step": step,
         "heldout_code_ce": heldout,
@@ -494,6 +514,12 @@ def main() -> None:
         help="loss weight of the targets in each image's first --start-rows drawn rows (Batches.weigh_start)",
     )
     ap.add_argument("--start-rows", type=int, default=3)
+    ap.add_argument(
+        "--names",
+        action="store_true",
+        help="train on the curated names only (training/vocabulary.py), each image under its exact name, "
+        "from both splits; the export gets the names.json the package reads prompts with",
+    )
     args = ap.parse_args()
     if args.spin and (args.cap_name or args.start_weight != 1.0):
         ap.error("--spin draws its pool's names evenly and scores whole images: drop --cap-name and --start-weight")
@@ -506,8 +532,13 @@ def main() -> None:
     keywords = json.loads((DATA / "keywords.json").read_text())
     tokens, flipped = np.load(DATA / "tokens.npy"), np.load(DATA / "tokens_flip.npy")
     first = initial_words(args.init)
-    words = E.WordCaptions(build_vocabulary(captions, keywords, split["train"], first))
+    names = None
+    if args.names:
+        split, words, names = curated_run(captions, keywords, split, first)
+    else:
+        words = E.WordCaptions(build_vocabulary(captions, keywords, split["train"], first))
     train = Batches(tokens, flipped, captions, keywords, words, split["train"], args.drop_caption, train=True)
+    train.vary = not args.names
     test = Batches(tokens, flipped, captions, keywords, words, split["test"], 0.0, train=False)
     if args.cap_name:
         train.cap_names(args.cap_name)
@@ -531,7 +562,7 @@ def main() -> None:
         E.WORD_OFFSET + len(first) if first else E.UNK,
         train,
         test,
-        lambda model, step, held: export(model, ckpt_dir, step, held, words),
+        lambda model, step, held: export(model, ckpt_dir, step, held, words, names),
         f"{len(words.words)} words",
     )
 

@@ -3,6 +3,7 @@ Python API and model specs answer bad input with our errors, naming the argument
 line's refusals are rows of tests/cli/test_bad_inputs.py; batch invariance is tests/decode/test_batch_invariance.py.)"""
 
 import errno
+import json
 import os
 import resource
 import shutil
@@ -180,6 +181,20 @@ def test_the_stats_line_names_the_parts_that_ran(tmp_path):
     )
     assert res.exit_code == 0, res.output
     assert "method: sjd+pac+vp (lossless)" in res.output
+
+
+def test_a_png_sheet_records_what_made_it(tmp_path):
+    """samples.png's freshness check (tests/test_docs.py) reads this record; a JPEG carries none."""
+    from PIL import Image
+
+    args = ["generate", "heart", "sun", "--model", "random", "--method", "sjd", "--window", "4", "--seed", "3"]
+    res = CliRunner().invoke(main, [*args, "--out", str(tmp_path / "a.png")])
+    assert res.exit_code == 0, res.output
+    made = json.loads(Image.open(tmp_path / "a.png").text["jacobigen"])
+    assert made["prompts"] == ["heart", "sun"] and made["seeds"] == [3, 4] and made["method"] == "sjd"
+    assert made["model"] == "random" and {"git_commit", "git_dirty"} <= made.keys()
+    res = CliRunner().invoke(main, [*args, "--out", str(tmp_path / "a.jpg")])
+    assert res.exit_code == 0 and "jacobigen" not in Image.open(tmp_path / "a.jpg").info, res.output
 
 
 def test_a_window_the_method_never_reads_is_refused(tmp_path):

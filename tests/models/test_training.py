@@ -323,3 +323,33 @@ def test_export_when_always_rewrites_the_export_at_every_measurement(tmp_path, w
         assert sum("exported" in line for line in measured) == len(exported)
     else:
         assert [s for s, _ in exported] == [1, 2, 3]
+
+
+def test_a_curated_run_trains_every_image_of_its_names_under_the_exact_name(monkeypatch):
+    import vocabulary
+
+    monkeypatch.setattr(vocabulary, "NAMES", {"hearts": ["red heart"], "nature": ["sun", "left arrow"]})
+    monkeypatch.setattr(vocabulary, "ALIASES", {"heart": "red heart"})
+    captions = ["red heart", "sun", "red heart medium skin tone", "cat face", "left arrow", "sun"]
+    keywords = [
+        KEYWORDS,
+        {"tags": ["sunny"], "group": "", "subgroup": ""},
+        *[{"tags": [], "group": "", "subgroup": ""}] * 4,
+    ]
+    split = {"train": [0, 2, 3, 4], "test": [1, 5]}
+    chosen, words, names = train_ar.curated_run(captions, keywords, split, first=["red", "cat"])
+    assert chosen == {"train": [0, 1, 4, 5], "test": []}  # held-out suns too; no skin tone, no other name
+    assert words.words == ["red", "cat", "heart", "sun", "left", "arrow", "right"]  # mirrored: right
+    assert names["names"] == ["red heart", "sun", "left arrow"] and names["aliases"] == {"heart": "red heart"}
+    assert names["keywords"]["red heart"] == ["emotion", "love", "red"] and names["keywords"]["sun"] == ["sunny"]
+    assert vocabulary.check(captions) == []
+    assert vocabulary.check(["sun"]) == ["no image: red heart", "no image: left arrow"]
+
+
+def test_the_curated_vocabulary_holds_the_names_the_docs_use():
+    import vocabulary
+
+    names = vocabulary.all_names()
+    assert 200 <= len(names) <= 300 and len(set(names)) == len(names)
+    assert {"grinning face", "red heart", "cat face", "red apple", "sun"} <= set(names)
+    assert set(vocabulary.ALIASES.values()) <= set(names)

@@ -4,6 +4,7 @@ or on Ray, resumable)."""
 from __future__ import annotations
 
 import io
+import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -178,9 +179,25 @@ def generate(
 
         remember(choice, gen.stats.wall_time, cache_file())
     buf = io.BytesIO()
-    image_grid(images, size).save(buf, format=fmt)
+    made = {"prompts": texts, "seeds": seeds, "method": gen.method.name, "model": bundle.name}
+    image_grid(images, size).save(buf, format=fmt, **made_by(fmt, made))
     atomic_write(out, buf.getvalue(), "--out")
     report(bundle, gen, texts, seeds, decoding, out, trace, choice)
+
+
+def made_by(fmt: str, made: dict) -> dict:
+    """A PNG's record of what made it (a ``jacobigen`` text chunk: prompts, seeds, method, model, and
+    the commit it ran from), so a shipped picture can be checked against the code, as a result
+    JSON is; other formats carry none."""
+    if fmt != "PNG":
+        return {}
+    from PIL.PngImagePlugin import PngInfo
+
+    from ..tools.threads import git_commit
+
+    info = PngInfo()
+    info.add_text("jacobigen", json.dumps({**made, **git_commit()}))
+    return {"pnginfo": info}
 
 
 def _check_out_dir(out_dir: Path, dry_run: bool) -> None:

@@ -7,6 +7,8 @@ prefix (used for CFG) is [BOS, BOI]. How a caption becomes tokens belongs to the
 - :class:`WordCaptions` (an export with a ``words.json`` beside ``ar.safetensors``): lowercase words,
   each one id of that vocabulary (unknown words read as UNK), at most 16. Whole words, so "red" or
   "face" is one token shared by hundreds of training images.
+- :class:`NamedCaptions` (an export with a ``names.json`` too): the prompt read as the known name
+  that fits it best (:mod:`jacobigen.models.names`), then as words.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import re
 from pathlib import Path
 
 from ..core.errors import WeightsError
+from .names import KnownNames
 
 CODEBOOK_SIZE = 1024  # image codes are ids [0, 1024)
 GRID = 16  # 16 x 16 codes per image
@@ -91,6 +94,21 @@ class WordCaptions:
         return "; ".join(notes) or None
 
 
+class NamedCaptions(WordCaptions):
+    """Word captions of a model trained on a curated set of names: each prompt conditions on the
+    known name that fits it ("a red cat" on ``cat``), the only captions the model learned to draw."""
+
+    def __init__(self, words: list[str], names: KnownNames):
+        super().__init__(words)
+        self.names = names
+
+    def tokens(self, text: str) -> list[int]:
+        return super().tokens(self.names.fit(text) or text)
+
+    def note(self, text: str) -> str | None:
+        return self.names.note(text)
+
+
 def byte_note(text: str, limit: int) -> str | None:
     """Why an encoder reading a prompt's first `limit` UTF-8 bytes will not read all of `text`, or None."""
     size = len(text.strip().encode())
@@ -105,8 +123,11 @@ def caption_words(text: str) -> list[str]:
 
 def captions_for(weights: Path) -> ByteCaptions | WordCaptions:
     """The caption reader the weights in this folder were trained with."""
-    words = Path(weights) / "words.json"
-    return WordCaptions.load(words) if words.is_file() else ByteCaptions()
+    words, names = Path(weights) / "words.json", Path(weights) / "names.json"
+    if not words.is_file():
+        return ByteCaptions()
+    reader = WordCaptions.load(words)
+    return NamedCaptions(reader.words, KnownNames.load(names, caption_words)) if names.is_file() else reader
 
 
 def max_seq_len(captions: ByteCaptions | WordCaptions) -> int:
