@@ -6,6 +6,7 @@ from hypothesis import strategies as st
 from scipy import stats as sps
 
 from jacobigen.core import rng
+from jacobigen.core.draws import Draws
 
 
 def test_uniforms_are_uniform_and_key_sensitive():
@@ -96,3 +97,17 @@ def test_streams_arities_and_kinds_never_share_a_uniform():
     assert values.numel() > 13_000
     _, counts = torch.unique(values, return_counts=True)
     assert int(counts.max()) == 1, f"{int((counts > 1).sum())} uniforms shared between draws"
+
+
+def test_draws_over_tables_that_start_past_id_zero_are_those_of_tables_from_zero():
+    """Tables over the id span [lo, hi): column i is id lo + i. A draw returns the model's id and
+    noise is keyed by the id, so a decode's tokens do not depend on where its tables start."""
+    seeds, iteration, pos = torch.tensor([3, 9]), torch.tensor([1, 4]), torch.tensor([[0, 5], [2, 7]])
+    whole, span = Draws(seeds, iteration), Draws(seeds, iteration, lo=3)
+    assert torch.equal(span.gumbel(pos, 5, rng.Stream.TREE), whole.gumbel(pos, 8, rng.Stream.TREE)[..., 3:])
+    columns = torch.tensor([[[0, 4]], [[1, 2]]]).expand(2, 2, 2)
+    assert torch.equal(span.shared_gumbel(pos, columns), whole.shared_gumbel(pos, columns + 3))
+    p = torch.rand(2, 2, 8, generator=torch.Generator().manual_seed(0)) * (torch.arange(8) >= 3)
+    assert torch.equal(span.sample(p[..., 3:], pos, rng.Stream.DRAFT), whole.sample(p, pos, rng.Stream.DRAFT))
+    assert span.local(torch.tensor([-1, 3, 7])).tolist() == [0, 0, 4]
+    assert span.repeat(2).lo == 3

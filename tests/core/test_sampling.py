@@ -7,6 +7,7 @@ from jacobigen.core.layout import ImageLayout
 from jacobigen.core.sampling import SamplingConfig, TargetPipeline
 
 LAYOUT = ImageLayout(2, 3, (0, 6), eol_id=6, end_id=7)  # 9 generated positions, ids 0..9
+SHIFTED = ImageLayout(2, 3, (2, 6), eol_id=6, end_id=7)  # image ids from 2: tables over ids 2..7
 
 
 def reference(logits, s: SamplingConfig, layout, positions):
@@ -28,6 +29,7 @@ def reference(logits, s: SamplingConfig, layout, positions):
     return torch.where((forced >= 0)[..., None], onehot, p)
 
 
+@pytest.mark.parametrize("layout,span", [(LAYOUT, (0, 8)), (SHIFTED, (2, 8))])
 @pytest.mark.parametrize(
     "s",
     [
@@ -37,15 +39,20 @@ def reference(logits, s: SamplingConfig, layout, positions):
         SamplingConfig(cfg=2.0, top_k=4, top_p=0.9),
     ],
 )
-def test_pipeline_matches_reference(s):
+def test_pipeline_matches_reference(s, layout, span):
     torch.manual_seed(0)
     positions = torch.tensor([[0, 2, 3, 4, 7, 8, 9, 12]])  # free, EOL, end, past the end
     logits = torch.randn(2 if s.guided else 1, positions.shape[1], 10) * 3
-    pipe = TargetPipeline(s, LAYOUT, 10)
-    got, ref = pipe(logits, positions), reference(logits, s, LAYOUT, positions)
-    # the tables end at the layout's id span's end (8 of 10 ids): the reference has no mass past it
-    assert got.shape[-1] == pipe.width == 8 and ref[..., pipe.width :].abs().sum() == 0
-    assert torch.allclose(got.double(), ref[..., : pipe.width], atol=1e-6)
+    pipe = TargetPipeline(s, layout, 10)
+    (got, support), ref = pipe.with_support(logits, positions), reference(logits, s, layout, positions)
+    # the tables cover the layout's id span (ids 0..7 or 2..7 of 10), column i being id lo + i:
+    # the reference has no mass outside it
+    lo, hi = span
+    assert pipe.span == span and got.shape[-1] == pipe.width == hi - lo
+    assert ref[..., :lo].abs().sum() == 0 and ref[..., hi:].abs().sum() == 0
+    assert torch.allclose(got.double(), ref[..., lo:hi], atol=1e-6)
+    if support is not None:  # columns, outside which p is zero
+        assert got.scatter(-1, support, 0.0).abs().sum() == 0
 
 
 def test_forced_tokens_survive_masked_logits():
@@ -63,3 +70,6 @@ def test_prior_is_uniform_over_image_ids_and_one_hot_where_forced():
     prior = TargetPipeline(SamplingConfig(), LAYOUT, 10).prior(torch.tensor([0, 3, 8, 20]))
     assert torch.allclose(prior[0, :6], torch.full((6,), 1 / 6)) and prior[0, 6:].sum() == 0
     assert prior[1, 6] == 1 and prior[2, 7] == 1 and torch.equal(prior[3], prior[0])
+    shifted = TargetPipeline(SamplingConfig(), SHIFTED, 10).prior(torch.tensor([0, 3, 8]))  # ids 2..7
+    assert torch.allclose(shifted[0, :4], torch.full((4,), 1 / 4)) and shifted[0, 4:].sum() == 0
+    assert shifted[1, 4] == 1 and shifted[2, 5] == 1

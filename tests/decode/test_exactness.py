@@ -111,6 +111,17 @@ def test_every_lossless_preset_is_exact_where_image_ids_start_past_zero(shifted,
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("method", ["sjd-pac", "scd-gs+pac"])
+def test_trees_are_exact_where_image_ids_start_past_zero(shifted, method):
+    """The same layout with the small tree in every block (window 4 holds no automatic tree): siblings
+    are drawn over the tables' columns and verified as ids."""
+    model, lay, exact = shifted
+    sampling = "topk" if method.startswith("scd-gs") else "plain"
+    parts = METHODS[method].build(8, **SMALL_TREE, tree_budget="full")
+    assert gof_pvalue(exact[sampling], sample(model, lay, SAMPLINGS[sampling], parts, N)) > PASS
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("method", ["scd-gs", "scd-gs+pac", "scd-mc+vp"])
 def test_top_k_slice_is_exact(model, exact, method):
     """With top-k the pipeline names each target's support and Gumbel sharing argmaxes over it

@@ -341,7 +341,7 @@ class CountingCopy(Copy):
     source: torch.Tensor | None = None
 
     def draft(self, slots, draws):
-        CountingCopy.source = self.copies(slots)
+        CountingCopy.source = self.copies(slots, draws)
         CountingCopy.copied += 0 if CountingCopy.source is None else int(CountingCopy.source.sum())
         return super().draft(slots, draws)
 

@@ -96,7 +96,9 @@ class PeekingTree(Verifier):
             uni, v = tree.universe, p.shape[-1]
             at = torch.where(uni.parent >= 0, tree.index.gather(1, uni.parent.clamp(min=0).expand(p.shape[0], -1)), 0)
             cand = window.cand.flatten(1)[:, uni.flat]
-            p_c = p.gather(1, at.clamp(min=0)[..., None].expand(-1, -1, v)).gather(-1, cand[..., None])[..., 0]
+            p_c = p.gather(1, at.clamp(min=0)[..., None].expand(-1, -1, v)).gather(-1, draws.local(cand)[..., None])[
+                ..., 0
+            ]
             by_p = torch.ones_like(p_c)
             for t in range(1, uni.levels + 1):  # product of p along each node's path
                 lvl = uni.level == t

@@ -56,14 +56,17 @@ def test_lossy_presets_are_labelled():
 
 def test_neighbours_match_brute_force_and_are_cached():
     model = random_model()
-    table = latent_neighbours(model, (0, 4096), model.vocab_size, 3)
-    assert latent_neighbours(model, (0, 4096), model.vocab_size, 3) is table
+    table = latent_neighbours(model, (0, 4096), (0, model.vocab_size), 3)
+    assert latent_neighbours(model, (0, 4096), (0, model.vocab_size), 3) is table
     lat = model.head.weight[:4096].detach()
     for i in [0, 17, 4095]:
         d = (lat - lat[i]).norm(dim=-1)
         d[i] = float("inf")
         assert set(table[i].tolist()) == set(d.topk(3, largest=False).indices.tolist())
     assert torch.equal(table[4096], torch.full((3,), 4096))
+    # a table's rows and entries are columns of the decode's tables: ids less the span's start
+    whole, span = (latent_neighbours(model, (10, 4096), (s, model.vocab_size), 3) for s in (0, 8))
+    assert torch.equal(span, whole[8:] - 8)
 
 
 def test_relaxed_greedy_still_matches_ar():
@@ -80,9 +83,9 @@ def test_given_latents_place_the_neighbours_and_reach_the_verifier():
     bundle's path uses exactly that table."""
     model = random_model()
     line = torch.arange(4096, dtype=torch.float32)[:, None]
-    table = latent_neighbours(model, (0, 4096), model.vocab_size, 2, line)
+    table = latent_neighbours(model, (0, 4096), (0, model.vocab_size), 2, line)
     assert set(table[100].tolist()) == {99, 101}
-    assert not torch.equal(table, latent_neighbours(model, (0, 4096), model.vocab_size, 2))
+    assert not torch.equal(table, latent_neighbours(model, (0, 4096), (0, model.vocab_size), 2))
     seen = []
     original = GroupVerifier.bind
 

@@ -89,33 +89,34 @@ class TargetPipeline:
     (0: free, i: the i-th structural id) indexes small tables, so forced positions cost no branch
     and no host sync, and the layout's prior comes from the same tables.
 
-    Its distributions are [..., ``width``] over the ids below the layout's id span's end (``width`` =
-    hi), not the whole vocabulary: no image or structural id lies above it, and every table a decoder
+    Its distributions are [..., ``width``] over the layout's id span [lo, hi) (``width`` = hi - lo),
+    not the whole vocabulary: no image or structural id lies outside it, and every table a decoder
     keeps per slot (drafts, the VP history, residuals) is that wide, so a step's bookkeeping is
-    5.3x smaller on the embedded model (1,027 of 5,422 ids) and 7.4x on Lumina-mGPT (8,804 of
-    65,536). An id keeps its number; nothing is renumbered."""
+    5.3x smaller on the embedded model (1,027 of 5,422 ids) and 7.4x on Lumina-mGPT (8,800 of
+    65,536), and image ids at the top of a large vocabulary (Janus, Emu3, Lumina-mGPT 2.0) cost
+    no more columns than there are ids in the span. Column i is id lo + i
+    (:meth:`jacobigen.core.draws.Draws.local`); tokens keep the model's numbers."""
 
     def __init__(self, sampling: SamplingConfig, layout, vocab_size: int, device=None):
         self.sampling = sampling
         self.allowed = layout.allowed(vocab_size, device)
         self.forced = layout.forced(device)
         ids = sorted(set(self.forced[self.forced >= 0].tolist()))
-        lo, hi = self.span = layout.id_span(vocab_size)  # targets are computed there, then laid into [hi]
-        self.width = hi
+        lo, hi = self.span = layout.id_span(vocab_size)  # the tables' ids
+        self.width = hi - lo
         self.inside = self.allowed[lo:hi]  # the span's allowed ids, and the others
         self.blocked = ~self.inside
         k = sampling.top_k
         self.support_size = k if k is not None and k < hi - lo else None  # ids in with_support's support
         kind = torch.zeros(layout.length + 1, dtype=torch.int64, device=device)  # past the end: free
-        self.ids = torch.tensor([0, *ids], device=device)  # the structural id of each kind
-        self.onehot = torch.zeros(1 + len(ids), hi - lo, device=device)  # over the span
+        self.columns = torch.tensor([0, *(t - lo for t in ids)], device=device)  # each kind's structural id's column
+        self.onehot = torch.zeros(1 + len(ids), self.width, device=device)
         for i, tok in enumerate(ids):
             self.onehot[1 + i, tok - lo] = 1.0
             kind[:-1][self.forced == tok] = 1 + i
         self.kind, self.length = kind, layout.length
-        self.prior_table = torch.zeros(1 + len(ids), hi, device=device)
-        self.prior_table[:, lo:hi] = self.onehot
-        self.prior_table[0] = self.allowed[:hi].float() / self.allowed.sum()
+        self.prior_table = self.onehot.clone()
+        self.prior_table[0] = self.inside.float() / self.allowed.sum()
 
     def prior(self, gen_positions: torch.Tensor) -> torch.Tensor:
         """Draft distribution [..., width] of a position never evaluated: uniform over the image ids,
@@ -127,8 +128,8 @@ class TargetPipeline:
         return self.with_support(logits, gen_positions)[0]
 
     def with_support(self, logits: torch.Tensor, gen_positions: torch.Tensor):
-        """(p, support): ``support`` [B, T, k] holds ids outside which p is zero (the top-k ids,
-        the forced id where forced), or is None without top-k."""
+        """(p, support): ``support`` [B, T, k] holds the columns outside which p is zero (the top-k
+        ids', the forced id's where forced), or is None without top-k."""
         # a step runs this once per forward: table lookups as embeddings and views, not indexing
         kind = torch.take(self.kind, gen_positions.clamp(0, self.length))
         lo, hi = self.span
@@ -137,5 +138,5 @@ class TargetPipeline:
         forced = (kind > 0).unsqueeze(-1)
         probs = torch.where(forced, F.embedding(kind, self.onehot), probs)
         if top is not None:
-            top = torch.where(forced, F.embedding(kind, self.ids.unsqueeze(-1)), top + lo)
-        return F.pad(probs, (lo, 0)), top
+            top = torch.where(forced, F.embedding(kind, self.columns.unsqueeze(-1)), top)
+        return probs, top

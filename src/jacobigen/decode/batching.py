@@ -178,10 +178,12 @@ class Batch:
         self.engine, self.source, self.limit, self.stats = engine, source, limit, stats
         self.group, self.length, self.device = engine.group, engine.layout.length, engine.device
         self.cache = engine.model.new_cache(rows * self.group, slots)
-        self.flight = _empty_flight(rows, self.group, engine.schedule.board_width, self.length, self.device)
-        vocab = engine.targets_of.width  # the tables' ids: up to the layout's id span's end
-        engine.schedule.start(rows, vocab, self.cache)
-        engine.parts.drafter.start(rows, engine.schedule.slot_count, vocab, self.device)
+        targets = engine.targets_of  # the tables cover the layout's id span
+        self.flight = _empty_flight(
+            rows, self.group, engine.schedule.board_width, self.length, targets.span[0], self.device
+        )
+        engine.schedule.start(rows, targets.width, self.cache)
+        engine.parts.drafter.start(rows, engine.schedule.slot_count, targets.width, self.device)
         engine.nfe, engine.forward_time = 0, 0.0
         self.keys: list = []
 
@@ -298,8 +300,8 @@ class Batch:
             self.stats.admit(ids)
 
 
-def _empty_flight(rows: int, group: int, width: int, length: int, device) -> Flight:
-    """``rows`` free rows, counted as finished (``committed = length``)."""
+def _empty_flight(rows: int, group: int, width: int, length: int, lo: int, device) -> Flight:
+    """``rows`` free rows, counted as finished (``committed = length``), whose tables start at id ``lo``."""
 
     def zeros(*shape):
         return torch.zeros(shape, dtype=torch.int64, device=device)
@@ -313,4 +315,5 @@ def _empty_flight(rows: int, group: int, width: int, length: int, device) -> Fli
         zeros(rows) + length,
         torch.zeros(rows, dtype=torch.bool, device=device),
         zeros(rows, length) - 1,
+        lo,
     )

@@ -174,10 +174,10 @@ class Chain:
         view = None
         if self.auto:
             view = self.auto.prepare(m)
-            q = win.q[:, :d]
-            spine_q = q.gather(-1, win.tokens[:, :d, None])[..., 0]
+            q, spine = win.q[:, :d], seg.drafting.local(win.tokens[:, :d])
+            spine_q = q.gather(-1, spine[..., None])[..., 0]
             top = q.topk(2, -1)
-            runner_up = torch.where(top.indices[..., 0] == win.tokens[:, :d], top.values[..., 1], top.values[..., 0])
+            runner_up = torch.where(top.indices[..., 0] == spine, top.values[..., 1], top.values[..., 0])
             if not static and not self.auto.worth_trying(view, spine_q, runner_up, self.cap, self.tree.width):
                 return None
         ranking = rank_candidates(self.tree, uni, win, seg.positions, seg.drafting, m)

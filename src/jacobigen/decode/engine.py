@@ -69,12 +69,13 @@ class Flight:
     committed: torch.Tensor  # [B] committed tokens (>= length: finished or free)
     live: torch.Tensor  # [B] the last forward counted for this row (its targets may be reused)
     when: torch.Tensor  # [B, length] iteration that committed each token (0: the prefill; -1: not yet)
+    lo: int = 0  # the id of the decode tables' column 0 (the layout's id span's start)
 
     STATE: ClassVar = ("seq", "seeds", "iteration", "base", "board", "committed", "live", "when")
 
     @property
     def draws(self) -> Draws:
-        return Draws(self.seeds, self.iteration)
+        return Draws(self.seeds, self.iteration, self.lo)
 
     def select(self, rows: torch.Tensor, model_rows: torch.Tensor) -> None:
         self.seq, self.seeds, self.iteration = self.seq[rows], self.seeds[rows], self.iteration[rows]
@@ -277,7 +278,7 @@ class Engine:
         cache.commit(None, base)
         zero = torch.zeros(seeds.shape[0], 1, dtype=torch.int64, device=self.device)
         p0 = self.targets_of(last, zero)[:, 0]
-        return Draws(seeds, torch.zeros_like(seeds)).sample(p0, zero[:, 0], Stream.SAMPLE)
+        return Draws(seeds, torch.zeros_like(seeds), self.targets_of.span[0]).sample(p0, zero[:, 0], Stream.SAMPLE)
 
     def _prefill(self, prefixes: list[list[int]], cache, base: torch.Tensor) -> torch.Tensor:
         """One forward of these prompts; the logits after each one's last token [rows, 1, vocab]."""

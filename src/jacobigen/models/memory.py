@@ -11,7 +11,7 @@ the load peak (the weights plus the load's largest transient: :func:`load_transi
   CFG), over the slots the decoder allocates: prompt + image tokens + a window, rounded up to 64;
 - **buffers**: the decoder's per-sequence float32 tables (targets, drafts' q, history: ``PER_SLOT``
   tables of window + 1 rows, :mod:`jacobigen.core.limits`), counted over the whole vocabulary: an
-  upper bound, as the decoder's tables end at the layout's id span's end (1,027 of the embedded
+  upper bound, as the decoder's tables cover the layout's id span only (1,027 of the embedded
   model's 5,422 ids; :class:`jacobigen.core.sampling.TargetPipeline`);
 - **activations**: the live tensors of one layer for the widest block the decoder runs (the prompt's
   prefill or a window): residual stream, q/k/v, the float mask, the MLP's, and off CUDA the attention

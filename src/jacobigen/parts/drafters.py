@@ -28,12 +28,12 @@ class Slots:
     """The next window, one entry per slot [B, W]."""
 
     positions: torch.Tensor  # absolute generated position of each slot
-    belief: torch.Tensor  # [B, W, V] target to draft from
+    belief: torch.Tensor  # [B, W, V] target to draft from, a table over the id span (Draws.local)
     has_belief: torch.Tensor  # bool: belief is a model output (else the layout's prior)
     old_tokens: torch.Tensor  # draft previously at this position (valid where has_old)
     old_q: torch.Tensor  # [B, W, V] distribution that old draft was drawn from
     has_old: torch.Tensor  # bool: an earlier draft exists and was not verified away
-    support: torch.Tensor | None = None  # [B, W, K] ids outside which a model belief is zero
+    support: torch.Tensor | None = None  # [B, W, K] columns outside which a model belief is zero
     # [B, W] the committed token at the same cell one frame (a clip) or one row (an image) earlier,
     # -1 where it is not committed yet (the copy drafter's source)
     previous: torch.Tensor | None = None
@@ -102,11 +102,11 @@ class Coupled(CouplingStrength):
         kept = couple(
             slots.belief,
             slots.old_q,
-            slots.old_tokens,
+            draws.local(slots.old_tokens),
             draws.uniform(slots.positions, Stream.COUPLE),
             draws.uniform(slots.positions, Stream.COUPLE, 1),
         )
-        return torch.where(self.coupled(slots, draws, slots.has_old), kept, fresh), slots.belief
+        return torch.where(self.coupled(slots, draws, slots.has_old), kept + draws.lo, fresh), slots.belief
 
 
 @register("scd-gs", "drafter", "SCD Gumbel sharing: drafts argmax(log p + g), g fixed per position")
@@ -114,22 +114,23 @@ class GumbelShared(CouplingStrength):
     """SCD Gumbel sharing: argmax(log p + g) with g fixed per (seed, position) across iterations,
     so a draft changes only when p moves enough. Still a draw from p, so q = p.
 
-    When the slots name each model belief's support (the sampling's top-k ids), the argmax runs
-    over those ids only (the others have log p = -inf) and slots holding the layout's prior get a
-    plain draw: nothing is coupled before a position has a model belief."""
+    When the slots name each model belief's support (the columns of the sampling's top-k ids), the
+    argmax runs over those ids only (the others have log p = -inf) and slots holding the layout's
+    prior get a plain draw: nothing is coupled before a position has a model belief."""
 
     def draft(self, slots, draws):
         p = slots.belief
         if slots.support is None:  # every slot may share, prior or not
-            ids = torch.arange(p.shape[-1], device=p.device)
-            shared = (p.log() + draws.shared_gumbel(slots.positions, ids)).argmax(-1)
+            columns = torch.arange(p.shape[-1], device=p.device)
+            shared = (p.log() + draws.shared_gumbel(slots.positions, columns)).argmax(-1) + draws.lo
             if self.alpha == 1:
                 return shared, p
             sharing = torch.ones_like(slots.has_belief)
         else:
-            ids = slots.support
-            pick = (p.gather(-1, ids).log() + draws.shared_gumbel(slots.positions, ids)).argmax(-1, keepdim=True)
-            shared, sharing = ids.gather(-1, pick).squeeze(-1), slots.has_belief
+            columns = slots.support
+            keys = p.gather(-1, columns).log() + draws.shared_gumbel(slots.positions, columns)
+            shared = columns.gather(-1, keys.argmax(-1, keepdim=True)).squeeze(-1) + draws.lo
+            sharing = slots.has_belief
         return torch.where(
             self.coupled(slots, draws, sharing), shared, draws.sample(p, slots.positions, Stream.DRAFT)
         ), p
@@ -263,19 +264,19 @@ class Copy(Drafter):
     def select(self, rows):
         self.base.select(rows)
 
-    def copies(self, slots) -> torch.Tensor | None:
+    def copies(self, slots: Slots, draws: Draws) -> torch.Tensor | None:
         """The slots [B, W] drafted as copies of their source (None: the layout has no source)."""
         if slots.previous is None:
             return None
         wanted = ~slots.has_belief
         if self.min_p is not None:
-            wanted = wanted | (slots.belief.gather(-1, slots.previous.clamp(min=0)[..., None])[..., 0] >= self.min_p)
+            wanted = wanted | (slots.belief.gather(-1, draws.local(slots.previous)[..., None])[..., 0] >= self.min_p)
         return (slots.previous >= 0) & wanted
 
     def draft(self, slots, draws):
         tokens, q = self.base.draft(slots, draws)
-        source = self.copies(slots)
+        source = self.copies(slots, draws)
         if source is None:
             return tokens, q
-        point = torch.nn.functional.one_hot(slots.previous.clamp(min=0), q.shape[-1]).to(q.dtype)
+        point = torch.nn.functional.one_hot(draws.local(slots.previous), q.shape[-1]).to(q.dtype)
         return torch.where(source, slots.previous, tokens), torch.where(source[..., None], point, q)

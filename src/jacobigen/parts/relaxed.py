@@ -22,7 +22,7 @@ from ..core.mrs import accepts, residual
 from ..core.registry import register
 from .verifiers import Verifier
 
-MAX_NEIGHBOURS = 256  # a [vocab, k] id table per (model, k)
+MAX_NEIGHBOURS = 256  # a [span, k] column table per (model, k)
 _NEIGHBOURS: weakref.WeakKeyDictionary[object, dict] = weakref.WeakKeyDictionary()
 
 
@@ -39,12 +39,13 @@ def _output_embeddings(model) -> torch.Tensor:
 
 
 def latent_neighbours(
-    model, image_ids: tuple[int, int], vocab: int, k: int, latents: torch.Tensor | None = None
+    model, image_ids: tuple[int, int], span: tuple[int, int], k: int, latents: torch.Tensor | None = None
 ) -> torch.Tensor:
-    """[V, k] ids of each image id's k nearest latent neighbours (excluding itself); ids outside
-    the image range are their own neighbours (they borrow nothing they did not have)."""
+    """[S, k]: for each column of the decode's tables (the ids of ``span``, S of them), the columns
+    of its image id's k nearest latent neighbours (excluding itself); ids outside the image range
+    are their own neighbours (they borrow nothing they did not have)."""
     per_model = _NEIGHBOURS.setdefault(model, {})
-    key = (image_ids, vocab, k, None if latents is None else id(latents))
+    key = (image_ids, span, k, None if latents is None else id(latents))
     owner, table = per_model.get(key, (None, None))
     if table is None or (owner is not None and owner() is not latents):  # an id reused by new latents
         lo, hi = image_ids
@@ -55,9 +56,9 @@ def latent_neighbours(
         k_eff = min(k, hi - lo - 1)
         dist = torch.cdist(lat, lat)
         dist.fill_diagonal_(float("inf"))
-        near = dist.topk(k_eff, largest=False).indices + lo
-        table = torch.arange(vocab)[:, None].repeat(1, k_eff)
-        table[lo:hi] = near
+        first, last = span
+        table = torch.arange(last - first)[:, None].repeat(1, k_eff)
+        table[lo - first : hi - first] = dist.topk(k_eff, largest=False).indices + (lo - first)
         table = table.to(lat.device)
         per_model[key] = (None if latents is None else weakref.ref(latents), table)
     return table
@@ -70,10 +71,11 @@ class _Neighbourhood(Verifier):
     def bind(self, model, layout, latents=None):
         super().bind(model, layout, latents)
         device = model_device(model)
-        self.nb = latent_neighbours(model, layout.image_ids, model.vocab_size, self.k, latents).to(device)
+        span = layout.id_span(model.vocab_size)
+        self.nb = latent_neighbours(model, layout.image_ids, span, self.k, latents).to(device)
 
     def _mass(self, p: torch.Tensor, d: torch.Tensor) -> torch.Tensor:
-        """Probability of d's neighbours (not d itself) under p."""
+        """Probability of d's neighbours (not d itself) under p; d holds table columns."""
         return p.gather(-1, self.nb[d]).sum(-1) if self.nb.shape[1] else torch.zeros_like(d, dtype=p.dtype)
 
 

@@ -133,12 +133,12 @@ class ProactiveTree:
     def expand(
         self, first: torch.Tensor, q: torch.Tensor, positions: torch.Tensor, draws: Draws
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """first [B, D] rank-0 drafts, q [B, D, V]. Returns candidates and validity [B, D, K]."""
+        """first [B, D] rank-0 drafts, q [B, D, V]. Returns candidates (model ids) and validity [B, D, K]."""
         keys = q.clamp(min=0).log() + draws.gumbel(positions, q.shape[-1], Stream.TREE)
-        keys = keys.scatter(-1, first[..., None], float("-inf"))
+        keys = keys.scatter(-1, draws.local(first)[..., None], float("-inf"))
         rest = keys.topk(min(self.width - 1, q.shape[-1]), dim=-1)
         pad = self.width - 1 - rest.indices.shape[-1]
-        cand = torch.cat([first[..., None], rest.indices, first[..., None].expand(*first.shape, pad)], -1)
+        cand = torch.cat([first[..., None], rest.indices + draws.lo, first[..., None].expand(*first.shape, pad)], -1)
         valid = torch.cat(
             [
                 torch.ones_like(first[..., None], dtype=torch.bool),
@@ -248,7 +248,7 @@ def rank_candidates(
     the universe's off-spine nodes; a node deeper than ``limit`` [R] may not go in."""
     d = uni.levels
     win.cand, win.cand_valid = tree.expand(win.tokens[:, :d], win.q[:, :d], positions[:, :d], drafting)
-    values = uni.values(win.q[:, :d].gather(-1, win.cand))
+    values = uni.values(win.q[:, :d].gather(-1, drafting.local(win.cand)))
     ok = win.cand_valid.flatten(1)[:, uni.flat] & (uni.level <= limit[:, None])
     extra = torch.where(uni.spine, float("-inf"), uni.scores(values, ok))
     best, order = extra.sort(dim=1, descending=True, stable=True)

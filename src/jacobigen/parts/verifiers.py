@@ -27,15 +27,15 @@ from .tree import TreeNodes
 class Window:
     """Drafts in flight: the spine draft per depth, with q, and the tree's sibling candidates."""
 
-    tokens: torch.Tensor  # [B, W] spine drafts for depths 1..W
-    q: torch.Tensor  # [B, W, V] distribution each spine draft was drawn from
+    tokens: torch.Tensor  # [B, W] spine drafts for depths 1..W (model ids)
+    q: torch.Tensor  # [B, W, V] distribution each spine draft was drawn from (a table over the id span)
     cand: torch.Tensor  # [B, D, K] candidates per tree depth (rank 0 = spine draft)
     cand_valid: torch.Tensor  # [B, D, K] False where q had fewer than K ids to offer
 
 
-def without(q: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
-    """q with ``ids`` removed and renormalised (the law of the next draw without replacement)."""
-    q = q.scatter(-1, ids[:, None], 0.0)
+def without(q: torch.Tensor, columns: torch.Tensor) -> torch.Tensor:
+    """q with ``columns`` removed and renormalised (the law of the next draw without replacement)."""
+    q = q.scatter(-1, columns[:, None], 0.0)
     mass = q.sum(-1, keepdim=True)
     return torch.where(mass > 0, q / mass.clamp(min=torch.finfo(q.dtype).tiny), q)
 
@@ -56,24 +56,14 @@ _streams = _constant(lambda device: torch.tensor([Stream.ACCEPT, Stream.SAMPLE],
 class Verifier:
     name = "mrs"
     lossless = True
-    span: tuple[int, int] | None = None  # the ids a draw can return (None: the whole vocabulary)
 
     def bind(self, model, layout, latents=None) -> None:
         """Called once per decoder with the model, layout and token latents (relaxed verifiers look up
         neighbours)."""
-        self.span = layout.id_span(model.vocab_size)
-
-    def draw(self, probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
-        """:func:`categorical` within the layout's id span (the ids outside have probability 0, so
-        the token is the one the whole vocabulary gives, for a fraction of the work)."""
-        u = u.to(probs.device)
-        if self.span is None:
-            return categorical(probs, u)
-        lo, hi = self.span
-        return categorical(probs.narrow(-1, lo, hi - lo), u) + lo
 
     def accept(self, p: torch.Tensor, q: torch.Tensor, d: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
-        """Which drafts d [...] ~ q [..., V] pass under target p [..., V] with uniforms u [...]."""
+        """Which drafts d [...] ~ q [..., V] pass under target p [..., V] with uniforms u [...]; d
+        holds table columns (:meth:`Draws.local`), as in :meth:`residual`."""
         return accepts(p.gather(-1, d[..., None]).squeeze(-1), q.gather(-1, d[..., None]).squeeze(-1), u)
 
     def residual(self, p: torch.Tensor, q: torch.Tensor, d: torch.Tensor) -> torch.Tensor:
@@ -100,8 +90,7 @@ class Verifier:
         b, w = window.tokens.shape
         if w == 0:  # window 1 (plain AR): nothing to check, sample the next token
             zero = torch.zeros(b, 1, dtype=torch.int64, device=p.device)
-            nxt = self.draw(p.select(1, 0), draws.uniform(positions.select(1, 0), Stream.SAMPLE))
-            return zero.view(b), nxt, zero
+            return zero.view(b), draws.sample(p.select(1, 0), positions.select(1, 0), Stream.SAMPLE), zero
         if tree is None:
             return self._chain(p, window, m, positions, draws)
         uni, depth = tree.universe, tree.universe.levels
@@ -128,7 +117,7 @@ class Verifier:
             k, live = k + go, live & go
 
         on_spine = live & (node == depth)
-        drafts, q = window.tokens[:, depth:], window.q[:, depth:]
+        drafts, q = draws.local(window.tokens[:, depth:]), window.q[:, depth:]
         run = torch.where(on_spine, self._run(p[:, depth:w], q, drafts, positions[:, depth:w], m - depth, draws), 0)
         node = torch.where(on_spine, depth + run, node)
         rejected = on_spine & (depth + run < m)
@@ -145,7 +134,7 @@ class Verifier:
             on_spine[:, None] & (steps - depth <= run[:, None]), steps, path[:, depth + 1 :]
         )
         k = k + run
-        return k, self.draw(final, draws.uniform(positions[rows, k], Stream.SAMPLE)), path
+        return k, draws.sample(final, positions[rows, k], Stream.SAMPLE), path
 
     def _run(self, p, q, drafts, positions, limit, draws: Draws, u: torch.Tensor | None = None) -> torch.Tensor:
         """Accepted run length [B] of a chain of drafts [B, W] (only the first ``limit`` count)."""
@@ -158,23 +147,22 @@ class Verifier:
         """:meth:`verify` without a tree: the block is the root and the W chain drafts. The accept
         and sample uniforms of every depth come from one draw (the same keys as apart)."""
         b, w = window.tokens.shape
+        drafts = draws.local(window.tokens)
         u = draws.uniform(positions[..., None], _streams(p.device))  # [B, W + 1, 2]
-        run = self._run(p[:, :w], window.q, window.tokens, positions[:, :w], m, draws, u[:, :w, 0])
+        run = self._run(p[:, :w], window.q, drafts, positions[:, :w], m, draws, u[:, :w, 0])
         rows = _arange(b, p.device)
         at = run.clamp(max=w - 1)
         target = p[rows, run]
-        target = torch.where(
-            (run < m)[:, None], self.residual(target, window.q[rows, at], window.tokens[rows, at]), target
-        )
+        target = torch.where((run < m)[:, None], self.residual(target, window.q[rows, at], drafts[rows, at]), target)
         path = _arange(w + 1, p.device).expand(b, -1)
-        return run, self.draw(target, u[rows, run, 1]), path
+        return run, categorical(target, u[rows, run, 1]) + draws.lo, path
 
     def _siblings(self, target, window: Window, t: int, valid, position, draws: Draws):
         """Recursive rejection over the candidates of depth t that the block holds (``valid`` [B, r],
         a prefix of the ranks). Returns the distribution to draw from if all are rejected, and the
         accepted rank (-1 if none)."""
         q = window.q[:, t - 1]
-        cand = window.cand[:, t - 1, : valid.shape[1]]
+        cand = draws.local(window.cand[:, t - 1, : valid.shape[1]])
         chosen = torch.full_like(position, -1)
         # rank 0 (the spine's draft) with the chain's own key, rank r > 0 with extra key r: a tree
         # that holds no sibling verifies exactly as the chain would

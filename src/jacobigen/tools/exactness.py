@@ -65,8 +65,9 @@ def exact_distribution(model, lay: ImageLayout, sampling: SamplingConfig, prompt
             logits.append(model(inp)[:, len(pre) - 1 :])
     stacked = torch.stack(logits, 1).flatten(0, 1)  # rows interleaved per sequence
     positions = torch.arange(lay.length).expand(len(seqs), -1)
-    p = TargetPipeline(sampling, lay, model.vocab_size)(stacked, positions)
-    logp = p.double().gather(-1, seqs[..., None]).squeeze(-1).log().sum(-1)
+    targets = TargetPipeline(sampling, lay, model.vocab_size)
+    p = targets(stacked, positions)  # over the id span: column i is id lo + i
+    logp = p.double().gather(-1, seqs[..., None] - targets.span[0]).squeeze(-1).log().sum(-1)
     return Exact(seqs, logp.exp().numpy())
 
 
