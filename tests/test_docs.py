@@ -161,16 +161,19 @@ def test_committed_results_ran_from_the_code_they_describe():
     assert not problems, "stale benchmark JSON (rerun its command, see benchmarks/README.md):\n" + "\n".join(problems)
 
 
-def test_the_samples_grid_ran_from_the_code_that_makes_its_tokens():
-    """samples.png, the first picture a user sees, is remade by its README command after every change
-    of tokens: its PNG record (``jacobigen generate --out``) names the commit that drew it."""
+@pytest.mark.parametrize("grid, model", [("samples.png", "emoji"), ("names/samples.png", "emoji-names")])
+def test_the_samples_grid_ran_from_the_code_that_makes_its_tokens(grid, model):
+    """samples.png, the first picture a user sees (and the emoji-names model's), is remade by its README
+    command after every change of tokens: its PNG record (``jacobigen generate --out``) names the
+    commit and the model that drew it."""
     from PIL import Image
 
-    path = ROOT / "src" / "jacobigen" / "weights" / "samples.png"
+    path = ROOT / "src" / "jacobigen" / "weights" / grid
     record = json.loads(Image.open(path).text.get("jacobigen", '{"git_commit": null}'))
+    assert record.get("model") == model, f"{grid} was drawn by {record.get('model')!r}, not {model!r}"
     changes = token_changes((ROOT / "docs" / "changes.md").read_text())
-    problems = stale_record(ROOT, "samples.png", record, changes)
-    assert not problems, "remake samples.png with the README's command:\n" + "\n".join(problems)
+    problems = stale_record(ROOT, grid, record, changes)
+    assert not problems, f"remake {grid} with the README's command:\n" + "\n".join(problems)
 
 
 # Result files that name no commit, so the check above cannot see them: each stays for the reason given,

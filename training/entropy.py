@@ -7,6 +7,7 @@ averages the entropy over image-code positions, of the raw conditional model (te
 of the sampling target.
 
     python training/entropy.py --images 16
+    python training/entropy.py --images 16 --model emoji-names   # at its own sampling (cfg 1)
 """
 
 from __future__ import annotations
@@ -28,8 +29,9 @@ def entropy(p: torch.Tensor) -> torch.Tensor:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--images", type=int, default=16)
+    ap.add_argument("--model", default="default", help="a --model spec of an emoji model (default: the shipped one)")
     args = ap.parse_args()
-    pipe = load_bundle("default", "cpu")
+    pipe = load_bundle(args.model, "cpu")
     prompts = (EMBEDDED_PROMPTS * args.images)[: args.images]
     gen, _ = pipe.generate(prompts, method="sjd", window=16, seed=list(range(args.images)), batch_size=16)
     layout, model = pipe.layout, pipe.model

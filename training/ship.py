@@ -2,13 +2,15 @@
 
 Training writes only under checkpoints/; this copies an AR run's export (ar.safetensors and, for
 word captions, its words.json; for a run on the curated names, its names.json) into
-src/jacobigen/weights/ (a video run's into weights/video/), or
+src/jacobigen/weights/ (a video run's into weights/video/, a run on the curated names shipped as
+the `emoji-names` model into weights/names/), or
 with --vq the VQ export, and records what was shipped (run, step, held-out figure, sha256 of each
 file) in weights/manifest.json, which the model card quotes. Shipping a VQ invalidates the AR
 models' tokens: retokenise and retrain after it.
 
     python training/ship.py --run ar_words
     python training/ship.py --run video --video
+    python training/ship.py --run ar_style --into names
     python training/ship.py --vq
 """
 
@@ -31,9 +33,14 @@ def main() -> None:
     ap.add_argument("--run", default="ar_words", help="the AR run under checkpoints/ to ship")
     ap.add_argument("--vq", action="store_true", help="ship checkpoints/vq/export instead")
     ap.add_argument("--video", action="store_true", help="the run is a video model: ship into weights/video/")
+    ap.add_argument(
+        "--into", choices=["names"], help="ship an image run as another model: weights/names/ (emoji-names)"
+    )
     args = ap.parse_args()
+    if args.into and (args.video or args.vq):
+        ap.error("--into ships an image model: drop --video and --vq")
     run = ROOT / "checkpoints" / ("vq" if args.vq else args.run)
-    dest = WEIGHTS / "video" if args.video else WEIGHTS
+    dest = WEIGHTS / "video" if args.video else WEIGHTS / args.into if args.into else WEIGHTS
     if args.vq:
         files, info = ["vq.safetensors"], json.loads((run / "final.json").read_text())
         record = {"run": "vq", "heldout_psnr": round(info["psnr"], 2)}

@@ -79,17 +79,37 @@ def initial_words(init: Path | None) -> list[str]:
     return reader.words if isinstance(reader, E.WordCaptions) else []
 
 
-def curated_run(captions: list[str], keywords: list[dict], split: dict, first: list[str]):
+def curated_run(
+    captions: list[str], keywords: list[dict], split: dict, first: list[str], styles: list[str] | None = None
+):
     """A run on the curated names (training/vocabulary.py): every image captioned exactly by one
     (from both splits: a user's "bear" must draw, wherever the held-out rule put it) to train on,
     the other names' held-out images to measure, the vocabulary (``first``, then the names' words
-    and their mirrored spellings), and the names.json its export carries."""
+    and their mirrored spellings), and the names.json its export carries.
+
+    ``styles`` (art sets, in preference order) keeps one image per name: the first set's that has
+    it. Over seven sets a caption says what to draw but not in which style, and a small model
+    drawing from a caption alone mixes the styles' first rows into fragments."""
     names = vocabulary.names_file(captions, keywords)
     known = set(names["names"])
     drawn = [i for i, c in enumerate(captions) if c in known]
+    if styles:
+        drawn = one_style(drawn, captions, json.loads((DATA / "sources.json").read_text()), styles)
     said = dict.fromkeys(w for n in names["names"] for w in E.caption_words(f"{n} {mirror_caption(n)}"))
     words = E.WordCaptions([*first, *(w for w in said if w not in set(first))])
     return {"train": drawn, "test": sorted(set(split["test"]) - set(drawn))}, words, names
+
+
+def one_style(drawn: list[int], captions: list[str], sources: list[str], styles: list[str]) -> list[int]:
+    """Of ``drawn``, per caption the image of the first of ``styles`` that has one."""
+    rank = {s: k for k, s in enumerate(styles)}
+    best: dict[str, int] = {}
+    for i in drawn:
+        if sources[i] in rank and (captions[i] not in best or rank[sources[i]] < rank[sources[best[captions[i]]]]):
+            best[captions[i]] = i
+    if missing := sorted({captions[i] for i in drawn} - set(best)):
+        raise SystemExit(f"--style {' '.join(styles)}: no image for {len(missing)} names, e.g. {missing[:5]}")
+    return sorted(best.values())
 
 
 def drawing_rows(images: np.ndarray, white: int = 240) -> np.ndarray:
@@ -520,7 +540,16 @@ def main() -> None:
         help="train on the curated names only (training/vocabulary.py), each image under its exact name, "
         "from both splits; the export gets the names.json the package reads prompts with",
     )
+    ap.add_argument(
+        "--style",
+        nargs="+",
+        metavar="SET",
+        help="with --names: one image per name, from the first of these art sets (data/sources.json) that has "
+        "it, e.g. twemoji noto fluent openmoji (curated_run)",
+    )
     args = ap.parse_args()
+    if args.style and not args.names:
+        ap.error("--style picks among the curated names' images: add --names")
     if args.spin and (args.cap_name or args.start_weight != 1.0):
         ap.error("--spin draws its pool's names evenly and scores whole images: drop --cap-name and --start-weight")
     torch.set_num_threads(args.threads)
@@ -534,7 +563,7 @@ def main() -> None:
     first = initial_words(args.init)
     names = None
     if args.names:
-        split, words, names = curated_run(captions, keywords, split, first)
+        split, words, names = curated_run(captions, keywords, split, first, args.style)
     else:
         words = E.WordCaptions(build_vocabulary(captions, keywords, split["train"], first))
     train = Batches(tokens, flipped, captions, keywords, words, split["train"], args.drop_caption, train=True)

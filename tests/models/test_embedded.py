@@ -59,6 +59,35 @@ def test_every_shipped_file_matches_its_manifest():
     import json
 
     manifest = json.loads((WEIGHTS / "manifest.json").read_text())
-    assert {"ar.safetensors", "video/ar.safetensors"} <= manifest.keys()
+    assert {"ar.safetensors", "video/ar.safetensors", "names/ar.safetensors", "names/names.json"} <= manifest.keys()
     for name, entry in manifest.items():
         assert hashlib.sha256((WEIGHTS / name).read_bytes()).hexdigest() == entry["sha256"], name
+
+
+def test_the_names_model_samples_at_its_own_settings_and_draws_the_named_colours():
+    """emoji-names (weights/names/) reads prompts as its curated names and samples at cfg 1: its
+    hearts are red and its faces yellow (seed 0, the model's recommended sampling; run 11 of the
+    model card measures retrieval over all 257 names)."""
+    import json
+
+    from jacobigen.models import embedded as E
+    from jacobigen.models import load_bundle
+
+    pipe = load_bundle("emoji-names")
+    assert pipe.name == "emoji-names" and pipe.defaults == E.NAMES_SAMPLING and pipe.defaults["cfg"] == 1.0
+    assert "red apple" in json.loads((WEIGHTS / "names" / "names.json").read_text())["names"]
+    assert "'red apple'" in pipe.prompt_note("apple")
+    _, (heart, face) = pipe.generate(["red heart", "grinning face"], method="scd-mc", window=16, seed=0)
+    for image, (lo, hi) in ((heart, ("G", "R")), (face, ("B", "G"))):
+        ink = np.asarray(image).reshape(-1, 3).astype(float)
+        ink = ink[ink.min(1) < 200]  # drawn pixels, not the white ground
+        means = dict(zip("RGB", ink.mean(0), strict=True))
+        assert len(ink) > 400 and means[hi] - means[lo] > 60, means
+
+
+def test_a_folder_with_names_samples_as_a_names_model(tmp_path):
+    from jacobigen.models import embedded as E
+
+    assert E.sampling_for(tmp_path) == E.SAMPLING
+    (tmp_path / "names.json").write_text("{}")
+    assert E.sampling_for(tmp_path) == E.NAMES_SAMPLING

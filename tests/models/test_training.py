@@ -346,6 +346,15 @@ def test_a_curated_run_trains_every_image_of_its_names_under_the_exact_name(monk
     assert vocabulary.check(["sun"]) == ["no image: red heart", "no image: left arrow"]
 
 
+def test_one_style_keeps_each_names_image_from_the_first_set_that_has_it():
+    captions = ["sun", "sun", "red heart", "red heart", "cat face"]
+    sources = ["noto", "twemoji", "openmoji", "noto", "openmoji"]
+    assert train_ar.one_style([0, 1, 2, 3, 4], captions, sources, ["twemoji", "noto", "openmoji"]) == [1, 3, 4]
+    assert train_ar.one_style([0, 2], captions, sources, ["openmoji", "noto"]) == [0, 2]  # only among drawn
+    with pytest.raises(SystemExit, match="no image for 1 names"):
+        train_ar.one_style([0, 1, 4], captions, sources, ["noto", "twemoji"])  # no cat face in either
+
+
 def test_the_curated_vocabulary_holds_the_names_the_docs_use():
     import vocabulary
 

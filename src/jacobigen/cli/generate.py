@@ -37,7 +37,11 @@ class Folder:
 
 @main.command()
 @click.argument("prompts", nargs=-1)
-@model_options("default", "'default' (embedded emoji model), 'random' (random weights), or FAMILY:PATH.")
+@model_options(
+    "default",
+    "'default' (embedded emoji model), 'emoji-names' (embedded, fitted to the names people try first), "
+    "'random' (random weights), or FAMILY:PATH.",
+)
 @decoding_options()
 @click.option(
     "--num-images", default=1, show_default=True, type=click.IntRange(1, MAX_IMAGES), help="Images per prompt."

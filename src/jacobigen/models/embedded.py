@@ -37,6 +37,11 @@ CLIP_FRAME_TOKENS = GRID * (GRID + 1) + 1  # in a clip: rows with EOL, then EOF:
 # another model, so every published result would change with it: the default stays the dtype they ran in.
 DTYPE = "float32"
 SAMPLING = {"cfg": 3.0, "temperature": 1.0, "top_k": 200}  # recommended (the command line's help shows it)
+# A model fitted to the curated names (a names.json beside its weights; training/vocabulary.py) draws each
+# name's one picture: its conditional and unconditional branches are both sharp, so cfg 3 extrapolates
+# between two pictures into fragments (model card, run 11), and cfg 1 (one forward row, not a CFG pair) is
+# what draws the name.
+NAMES_SAMPLING = {"cfg": 1.0, "temperature": 0.5, "top_k": 50}
 # Clips sample with a nucleus, as Cosmos-1-AR does (0.9 for its 12B model, 0.8 for its 4B, the setting of
 # SCD's Cosmos runs): top-k 200's tail lets each frame drift from the last, and the drift compounds
 # over eight frames. At 0.8 this small model left 7 of 16 clips blank (under 2% ink in frame 1), 0.9 one.
@@ -128,6 +133,11 @@ def captions_for(weights: Path) -> ByteCaptions | WordCaptions:
         return ByteCaptions()
     reader = WordCaptions.load(words)
     return NamedCaptions(reader.words, KnownNames.load(names, caption_words)) if names.is_file() else reader
+
+
+def sampling_for(weights: Path) -> dict:
+    """The recommended sampling of the image model in this folder."""
+    return dict(NAMES_SAMPLING if (Path(weights) / "names.json").is_file() else SAMPLING)
 
 
 def max_seq_len(captions: ByteCaptions | WordCaptions) -> int:

@@ -31,6 +31,9 @@ EMBEDDED_PROMPTS = ["red heart", "grinning face", "red apple", "blue car", "sun"
 PROMPT_BYTES = 48  # the random model's prompt bytes, as the byte-caption emoji model's
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}  # --dtype's names
 EMBEDDED_DTYPE = DTYPES[E.DTYPE]
+# The shipped image models by --model name: the default, and the one fitted to the curated names
+# (training/vocabulary.py), which draws what it is asked for the names people try first.
+EMBEDDED = {"default": WEIGHTS, "emoji": WEIGHTS, "emoji-names": WEIGHTS / "names"}
 
 
 def emoji_export(weights: Path, device: str, what: str, extra_ids: int = 0, dtype: torch.dtype = EMBEDDED_DTYPE):
@@ -62,20 +65,23 @@ def vq_pictures(vq, grids: torch.Tensor) -> list[Image.Image]:
     return [Image.fromarray(p) for p in pixels]
 
 
-def embedded_bundle(weights: Path = WEIGHTS, device: str = "cpu", dtype: torch.dtype = EMBEDDED_DTYPE) -> ModelBundle:
+def embedded_bundle(
+    weights: Path = WEIGHTS, device: str = "cpu", dtype: torch.dtype = EMBEDDED_DTYPE, name: str = "emoji"
+) -> ModelBundle:
     """The emoji model that ships in the package: VQ tokenizer + text-conditioned AR transformer.
-    ``weights`` is a folder with ``ar.safetensors`` (and ``words.json`` for word captions); the VQ
-    and the held-out reference come from it when it has them, else from the package. ``dtype``: the
-    transformer's (the VQ decodes in float32)."""
+    ``weights`` is a folder with ``ar.safetensors`` (and ``words.json`` for word captions,
+    ``names.json`` for a model of the curated names, which also sets its recommended sampling); the
+    VQ and the held-out reference come from it when it has them, else from the package. ``dtype``:
+    the transformer's (the VQ decodes in float32). ``name``: what records and the server call it."""
     vq, model, captions = emoji_export(weights, device, "an emoji model", dtype=dtype)
     layout = ImageLayout(E.GRID, E.GRID, (0, E.CODEBOOK_SIZE), eol_id=E.EOL, end_id=E.EOI)
     return ModelBundle(
-        "emoji",
+        name,
         model,
         layout,
         rows_encoder(captions.tokens, E.unconditional_tokens()),
         lambda grids, _=None: vq_pictures(vq, grids),
-        defaults=dict(E.SAMPLING),
+        defaults=E.sampling_for(weights),
         example_prompts=EMBEDDED_PROMPTS,
         reference=lambda: heldout_reference(own_or_shipped(Path(weights), "heldout.json").parent),
         prompt_note=captions.note,
@@ -245,11 +251,12 @@ def resolve_device(device: str | None) -> str:
 def weights_id(spec: str) -> str:
     """What job records name a model's weights by: a hash of the shipped files, the seed of the
     random model, or the checkpoint a family spec points at."""
-    if spec in ("default", "emoji"):
+    if spec in EMBEDDED:
         digest = hashlib.sha256()
-        for name in ("ar.safetensors", "vq.safetensors", "words.json"):
-            if (WEIGHTS / name).is_file():  # words.json: only beside a word-caption model
-                digest.update((WEIGHTS / name).read_bytes())
+        for name in ("ar.safetensors", "vq.safetensors", "words.json", "names.json"):
+            path = own_or_shipped(EMBEDDED[spec], name)
+            if path.is_file():  # words.json, names.json: only beside a model that reads them
+                digest.update(path.read_bytes())
         return f"sha256:{digest.hexdigest()[:16]}"
     if spec in ("random", "random-video"):
         return f"{spec}:seed=0"
@@ -260,8 +267,9 @@ def weights_id(spec: str) -> str:
 def weights_provenance(spec: str) -> dict[str, str] | str:
     """What a benchmark records as the weights it ran: for the shipped model the sha256 of each
     weights file, else :func:`weights_id` (the random model's seed, or the spec of a checkpoint)."""
-    if spec in ("default", "emoji"):
-        return {f.name: hashlib.sha256(f.read_bytes()).hexdigest() for f in sorted(WEIGHTS.glob("*.safetensors"))}
+    if spec in EMBEDDED:
+        files = [own_or_shipped(EMBEDDED[spec], name) for name in ("ar.safetensors", "vq.safetensors")]
+        return {f.name: hashlib.sha256(f.read_bytes()).hexdigest() for f in files}
     return weights_id(spec)
 
 
@@ -282,7 +290,7 @@ def default_dtype(spec: str, device: str) -> torch.dtype:
     """The dtype ``spec`` loads at when none is given: a family checkpoint's, bfloat16, as released;
     the embedded and random models', :data:`jacobigen.models.embedded.DTYPE` (measured: docs/cli.md)."""
     family = spec.partition(":")[0]
-    if family in ("default", "emoji", "emoji-video", "random", "random-video"):
+    if family in (*EMBEDDED, "emoji-video", "random", "random-video"):
         return EMBEDDED_DTYPE
     from .families.base import default_dtype as family_dtype
 
@@ -296,9 +304,10 @@ def load_bundle(
     quantize: str | None = None,
     dtype: str | torch.dtype | None = None,
 ) -> ModelBundle:
-    """``default``/``emoji`` (shipped), ``emoji:DIR`` (an emoji model export: ar.safetensors and its
-    words.json), ``random``, ``random-video`` (a clip model), or ``FAMILY:PATH`` for a real model family.
-    ``device=None`` picks CUDA when available; an unavailable device is a :class:`ConfigError`.
+    """``default``/``emoji`` (shipped), ``emoji-names`` (shipped, fitted to the curated names),
+    ``emoji:DIR`` (an emoji model export: ar.safetensors and its words.json), ``random``,
+    ``random-video`` (a clip model), or ``FAMILY:PATH`` for a real model family. ``device=None`` picks
+    CUDA when available; an unavailable device is a :class:`ConfigError`.
     ``trust_checkpoint`` lets a family read pickled checkpoints that hold Python objects
     (unpickling them can run code). ``quantize`` (``"int8"``, or ``"int4"`` on CUDA) quantizes the
     model's linear weights (:mod:`jacobigen.core.quantize`; checked before loading; a family with a
@@ -337,8 +346,8 @@ def _load(
         return random_video_bundle(device=device, dtype=dtype)
     if spec == "emoji-video":
         return video_bundle(device=device, dtype=dtype)
-    if spec in ("default", "emoji"):
-        return embedded_bundle(device=device, dtype=dtype)
+    if spec in EMBEDDED:
+        return embedded_bundle(EMBEDDED[spec], device, dtype, "emoji-names" if spec == "emoji-names" else "emoji")
     family, _, path = spec.partition(":")
     if family == "emoji" and path:
         return embedded_bundle(Path(path), device, dtype)
@@ -349,7 +358,7 @@ def _load(
     if family.lower() in FAMILIES and path:
         return load_family(family, path, device, trust_checkpoint, dtype, quantize)
     raise ConfigError(
-        f"unknown model {spec!r}: use 'default', 'emoji:DIR', 'random', 'random-video' or "
+        f"unknown model {spec!r}: use 'default', 'emoji-names', 'emoji:DIR', 'random', 'random-video' or "
         f"FAMILY:PATH with FAMILY one of {', '.join(sorted(FAMILIES))}"
     )
 

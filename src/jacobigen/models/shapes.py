@@ -24,12 +24,11 @@ def shape_of(spec: str) -> Shape | None:
     shapes (memory-mapped: no tensor is read); None where only loading tells (a LlamaGen file whose
     pickled arguments need ``--trust-checkpoint``, or a LlamaGen ``.safetensors``, which loads whole)."""
     from . import embedded as E
+    from .load import EMBEDDED, WEIGHTS
 
-    if spec in ("default", "emoji", "emoji-video") or spec.partition(":")[0] in ("emoji", "emoji-video"):
+    if spec in (*EMBEDDED, "emoji-video") or spec.partition(":")[0] in ("emoji", "emoji-video"):
         family, _, path = spec.partition(":")
-        from .load import WEIGHTS
-
-        folder = Path(path) if path else WEIGHTS / ("video" if family == "emoji-video" else "")
+        folder = Path(path) if path else EMBEDDED.get(spec, WEIGHTS / "video")
         cfg = _safetensors_config(folder / "ar.safetensors")
         if cfg is None:
             return None
