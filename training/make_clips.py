@@ -135,9 +135,12 @@ def hold(rng) -> Motion:
     return Motion("standing still")
 
 
-def drift(rng) -> Motion:
+REACH = (2.0, 6.0)  # drift, pixels over the whole clip: sub-code steps (--reach)
+
+
+def drift(rng, reach: tuple[float, float] = REACH) -> Motion:
     direction = rng.choice(list(DIRECTIONS))
-    reach = rng.uniform(2, 6)  # pixels over the whole clip: sub-code steps
+    reach = rng.uniform(*reach)
     ux, uy = DIRECTIONS[direction]
     return Motion(f"drifting {direction}", lambda t: Pose(ux * reach * t, uy * reach * t))
 
@@ -192,11 +195,11 @@ STILL_GEOMETRIC = [hold, drift, drift, turn, breathe]
 LOCAL = [blink, flash]
 
 
-def choose_still(rng, compose: float) -> list[Motion]:
+def choose_still(rng, compose: float, reach: tuple[float, float] = REACH) -> list[Motion]:
     """A gentle motion or one local change; with probability ``compose`` a local change on a motion."""
     kinds = STILL_GEOMETRIC + LOCAL
     first = kinds[int(rng.integers(len(kinds)))]
-    motions = [first(rng)]
+    motions = [first(rng, reach) if first is drift else first(rng)]
     if first in STILL_GEOMETRIC and first is not hold and rng.random() < compose:
         motions.append(LOCAL[int(rng.integers(len(LOCAL)))](rng))
     return motions
@@ -259,21 +262,26 @@ def make_clips(
     compose: float = 0.3,
     style: str = "still",
     move: float = 0.6,
+    reach: tuple[float, float] = REACH,
+    indices: list[int] | None = None,
 ) -> tuple[np.ndarray, list[dict]]:
-    """Clips [M, F, H, W, 3] and their records, ``per_image`` clips per image, deterministic in ``seed``."""
+    """Clips [M, F, H, W, 3] and their records, ``per_image`` clips per image (of ``indices``, default
+    all), deterministic in ``seed``."""
     clips, records = [], []
-    for i, image in enumerate(images):
+    for i in range(len(images)) if indices is None else indices:
+        image = images[i]
         for j in range(per_image):
             rng = np.random.default_rng([seed, i, j])
             if style == "moving":
                 motions = choose(rng, compose)
                 clips.append(make_clip(image, motions, frames))
             else:
-                motions = choose_still(rng, compose)
+                motions = choose_still(rng, compose, reach)
                 place, times = placement(rng), fits_and_starts(rng, frames, move)
                 clips.append(make_clip(image, motions, frames, place, times))
             words = " and ".join(m.words for m in motions)
-            records.append({"image": i, "caption": f"{captions[i]} {words}", "motions": [m.words for m in motions]})
+            record = {"image": i, "clip": j, "caption": f"{captions[i]} {words}", "motions": [m.words for m in motions]}
+            records.append(record)
     return np.stack(clips), records
 
 
@@ -300,6 +308,16 @@ def tokenize(clips: np.ndarray, weights: Path) -> np.ndarray:
     return codes.reshape(*clips.shape[:2], *codes.shape[1:])
 
 
+def curated(data: Path, captions: list[str], styles: list[str]) -> list[int]:
+    """The image of each curated name, from the first of ``styles`` (art sets) that has it."""
+    from train_ar import one_style
+    from vocabulary import names_file
+
+    known = set(names_file(captions, json.loads((data / "keywords.json").read_text()))["names"])
+    drawn = [i for i, c in enumerate(captions) if c in known]
+    return one_style(drawn, captions, json.loads((data / "sources.json").read_text()), styles)
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", type=Path, default=ROOT / "data", help="folder with images.npy and captions.json")
@@ -312,18 +330,30 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--limit", type=int, default=None, help="use only the first N images")
     ap.add_argument("--tokenize", action="store_true", help="also encode every frame with the emoji VQ")
+    ap.add_argument(
+        "--names",
+        nargs="+",
+        metavar="SET",
+        help="only the curated names (training/vocabulary.py), one image each from the first listed art set "
+        "that has it, as train_ar.py --names --style SET (for a video model from the emoji-names model)",
+    )
+    ap.add_argument("--reach", type=float, nargs=2, default=REACH, metavar=("LO", "HI"), help="drift, pixels per clip")
     ap.add_argument("--weights", type=Path, default=ROOT / "src" / "jacobigen" / "weights" / "vq.safetensors")
     args = ap.parse_args(argv)
     if args.frames < 2 or args.clips_per_image < 1:
         raise SystemExit("--frames must be >= 2 and --clips-per-image >= 1")
-    images = np.load(args.data / "images.npy")[: args.limit]
+    images = np.load(args.data / "images.npy", mmap_mode="r")[: args.limit]
     captions = json.loads((args.data / "captions.json").read_text())[: len(images)]
+    indices = curated(args.data, captions, args.names) if args.names else None
     clips, records = make_clips(
-        images, captions, args.frames, args.clips_per_image, args.seed, args.compose, args.style, args.move
-    )
+        images, captions, args.frames, args.clips_per_image, args.seed, args.compose, args.style, args.move,
+        tuple(args.reach), indices,
+    )  # fmt: skip
     args.out.mkdir(parents=True, exist_ok=True)
     np.save(args.out / "clips.npy", clips)
-    meta = {"frames": args.frames, "seed": args.seed, "style": args.style, "clips": records}
+    meta = {"frames": args.frames, "seed": args.seed, "style": args.style, "reach": list(args.reach), "clips": records}
+    if args.names:
+        meta["names"] = args.names
     if args.tokenize:
         tokens = tokenize(clips, args.weights)
         np.save(args.out / "tokens.npy", tokens)

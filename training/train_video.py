@@ -3,9 +3,10 @@
 Sequence: [BOS] caption [BOI] F x (16 rows of (16 codes, EOL), EOF) [EOI], captions read as the
 --init model reads them (words when a words.json lies beside it, else bytes); EOF is the first id
 after the captions'. It starts from the image model (--init, default the shipped one: every weight
-copied, one new vocabulary row for EOF) or from a video model (every weight copied). Held-out
-clips are those of held-out emoji (data/split.json), so held-out loss measures new concepts (--heldout
-N: the first N only). Exports go to checkpoints/RUN/export (training/ship.py --video copies one into
+copied, new vocabulary rows for EOF and for caption words it lacks) or from a video model (every
+weight copied). Held-out clips are those of held-out emoji (data/split.json), so held-out loss
+measures new concepts; on clips of the curated names (make_clips.py --names), each name's last clip
+(--heldout N: the first N only). Exports go to checkpoints/RUN/export (training/ship.py --video copies one into
 the package); `--report` prints the export's held-out code CE per frame index.
 
 Run: python training/make_clips.py --tokenize --frames 4
@@ -59,6 +60,17 @@ def frame_ce(model, data: ClipBatches, frames: int, bs: int = 8) -> list[float]:
     return (total / np.maximum(count, 1)).round(4).tolist()
 
 
+def clip_reader(reader, captions: list[str]):
+    """(caption reader, ids shared with the --init model) for clips: a word model's vocabulary grows by
+    the motion words its captions use ("drifting", "blinking": new rows, EOF after them), and a
+    curated-names model reads every word (its names.json would map "red heart drifting left" onto
+    "red heart", dropping the motion)."""
+    if not isinstance(reader, E.WordCaptions):
+        return reader, reader.vocab_size
+    new = [w for w in dict.fromkeys(w for c in captions for w in E.caption_words(c)) if w not in reader.ids]
+    return E.WordCaptions([*reader.words, *new]), reader.vocab_size
+
+
 def main() -> None:
     ap = arguments(__doc__, run="video")
     ap.add_argument("--clips", default=str(DATA / "clips"), help="make_clips.py output (with --tokenize)")
@@ -72,10 +84,15 @@ def main() -> None:
     meta = json.loads((Path(args.clips) / "clips.json").read_text())
     tokens = np.load(Path(args.clips) / "tokens.npy")
     captions = [c["caption"] for c in meta["clips"]]
-    test_images = set(load_split()["test"])
-    held = [k for k, c in enumerate(meta["clips"]) if c["image"] in test_images][: args.heldout]
-    train_idx = [k for k, c in enumerate(meta["clips"]) if c["image"] not in test_images]
-    reader = E.captions_for(Path(args.init).parent)
+    if "names" in meta:  # every curated name trains: its last clip (another motion) is held out
+        last = max(c["clip"] for c in meta["clips"])
+        out = {k for k, c in enumerate(meta["clips"]) if c["clip"] == last}
+    else:
+        test_images = set(load_split()["test"])
+        out = {k for k, c in enumerate(meta["clips"]) if c["image"] in test_images}
+    held = sorted(out)[: args.heldout]
+    train_idx = [k for k in range(len(captions)) if k not in out]
+    reader, shared = clip_reader(E.captions_for(Path(args.init).parent), captions)
     train = ClipBatches(tokens, captions, reader, train_idx, args.drop_caption)
     test = ClipBatches(tokens, captions, reader, held, 0.0)
     if args.report:
@@ -95,10 +112,10 @@ def main() -> None:
         ckpt_dir,
         Log(ckpt_dir / "train.log"),
         cfg,
-        reader.vocab_size,
+        shared,
         train,
         test,
-        lambda model, step, loss: export(model, ckpt_dir, step, loss, words),
+        lambda model, step, loss: export(model, ckpt_dir, step, loss, words, None),
         f"{meta['frames']} frames, {len(train_idx)} train / {len(held)} held-out clips",
     )
 

@@ -108,3 +108,29 @@ def test_main_tokenizes_and_reports_the_unchanged_share(tmp_path, capsys):
     assert tokens.shape == (2, 3, 16, 16) and tokens.dtype == np.int16
     assert meta["unchanged_share"] == round(mc.unchanged_share(tokens), 4)
     assert "unchanged-token share" in capsys.readouterr().out
+
+
+def test_drift_reaches_its_range_and_records_name_their_clip():
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        end = mc.drift(rng, (8.0, 16.0)).pose(1.0)
+        assert 8 <= abs(end.dx) + abs(end.dy) <= 16
+    _, records = mc.make_clips(fake_images(2), ["red heart", "sun"], frames=3, per_image=2, seed=0)
+    assert [(r["image"], r["clip"]) for r in records] == [(0, 0), (0, 1), (1, 0), (1, 1)]
+
+
+def test_names_make_clips_of_each_curated_names_image_in_one_set_only(tmp_path, monkeypatch):
+    import vocabulary
+
+    monkeypatch.setattr(vocabulary, "NAMES", {"hearts": ["red heart"], "nature": ["sun"]})
+    monkeypatch.setattr(vocabulary, "ALIASES", {})
+    captions = ["red heart", "sun", "red heart", "cat face", "sun"]
+    np.save(tmp_path / "images.npy", fake_images(5))
+    (tmp_path / "captions.json").write_text(json.dumps(captions))
+    (tmp_path / "keywords.json").write_text(json.dumps([{"tags": [], "group": "", "subgroup": ""}] * 5))
+    (tmp_path / "sources.json").write_text(json.dumps(["noto", "noto", "twemoji", "twemoji", "twemoji"]))
+    out = tmp_path / "clips"
+    mc.main(["--data", str(tmp_path), "--out", str(out), "--frames", "3", "--names", "twemoji", "--reach", "8", "16"])
+    meta = json.loads((out / "clips.json").read_text())
+    assert sorted({c["image"] for c in meta["clips"]}) == [2, 4]  # twemoji's heart and sun; no cat face
+    assert meta["names"] == ["twemoji"] and meta["reach"] == [8.0, 16.0]

@@ -362,3 +362,18 @@ def test_the_curated_vocabulary_holds_the_names_the_docs_use():
     assert 200 <= len(names) <= 300 and len(set(names)) == len(names)
     assert {"grinning face", "red heart", "cat face", "red apple", "sun"} <= set(names)
     assert set(vocabulary.ALIASES.values()) <= set(names)
+
+
+def test_a_clip_model_reads_every_word_and_grows_its_vocabulary_by_the_motion_words():
+    import train_video
+
+    from jacobigen.models.names import KnownNames
+
+    names = E.NamedCaptions(["red", "heart", "left"], KnownNames(["red heart"], {}, {}, E.caption_words))
+    reader, shared = train_video.clip_reader(names, ["red heart drifting left", "red heart blinking"])
+    assert type(reader) is E.WordCaptions and reader.words == ["red", "heart", "left", "drifting", "blinking"]
+    assert shared == names.vocab_size and reader.vocab_size == names.vocab_size + 2  # EOF comes after them
+    words = ("red", "heart", "drifting", "left")
+    assert reader.tokens("red heart drifting left")[1:-1] == [reader.ids[w] for w in words]
+    byte_reader = E.ByteCaptions()
+    assert train_video.clip_reader(byte_reader, ["sun blinking"]) == (byte_reader, byte_reader.vocab_size)
