@@ -32,7 +32,7 @@ DEFAULT = (
 
 def main(argv=None) -> str:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model", default="default")
+    ap.add_argument("--model", default="emoji")
     ap.add_argument("--methods", default=DEFAULT)
     ap.add_argument("--windows", default="16,32,64")
     ap.add_argument("--prompts", type=int, default=2)

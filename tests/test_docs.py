@@ -2,6 +2,7 @@
 makes from the committed benchmark JSON, that JSON ran from committed code no older than the last
 change of tokens the changes page names, README stays an entry point, and its links resolve."""
 
+import hashlib
 import importlib.util
 import json
 import re
@@ -174,6 +175,44 @@ def test_the_samples_grid_ran_from_the_code_that_makes_its_tokens(grid, model):
     changes = token_changes((ROOT / "docs" / "changes.md").read_text())
     problems = stale_record(ROOT, grid, record, changes)
     assert not problems, f"remake {grid} with the README's command:\n" + "\n".join(problems)
+
+
+SHIPPED = {"emoji": "", "emoji-names": "names", "emoji-video": "video"}  # model name -> folder under weights/
+
+
+def stale_weights(results: Path) -> list[str]:
+    """Records of a shipped model that ran other weights than it ships now (a retrained model, or
+    a name moved to other weights): their figures describe a model that is gone."""
+    from jacobigen.models.load import WEIGHTS, own_or_shipped
+
+    problems = []
+    for path in sorted(results.rglob("*.json")):
+        for record in provenance(json.loads(path.read_text())):
+            folder, hashes = SHIPPED.get(record.get("model")), record.get("weights")
+            if folder is None or not isinstance(hashes, dict):
+                continue
+            for name, digest in hashes.items():
+                now = hashlib.sha256(own_or_shipped(WEIGHTS / folder, name).read_bytes()).hexdigest()
+                if now != digest:
+                    ran = f"{record['model']}'s {name} {digest[:12]}"
+                    problems.append(f"{path.relative_to(results)}: ran {ran}, not {now[:12]}")
+    return list(dict.fromkeys(problems))
+
+
+def test_committed_results_ran_the_weights_their_model_ships():
+    problems = stale_weights(ROOT / "benchmarks")
+    assert not problems, "benchmark JSON of replaced weights (rerun its command):\n" + "\n".join(problems)
+
+
+def test_the_weights_check_sees_a_retrained_model(tmp_path):
+    from jacobigen.models.load import weights_provenance
+
+    shipped = weights_provenance("emoji-names")
+    record = {"git_commit": "abc", "model": "emoji-names", "weights": shipped}
+    (tmp_path / "now.json").write_text(json.dumps(record))
+    (tmp_path / "before.json").write_text(json.dumps({**record, "weights": {**shipped, "ar.safetensors": "0" * 64}}))
+    want = f"before.json: ran emoji-names's ar.safetensors {'0' * 12}, not {shipped['ar.safetensors'][:12]}"
+    assert stale_weights(tmp_path) == [want]
 
 
 # Result files that name no commit, so the check above cannot see them: each stays for the reason given,

@@ -138,11 +138,17 @@ def hold(rng) -> Motion:
 REACH = (2.0, 6.0)  # drift, pixels over the whole clip: sub-code steps (--reach)
 
 
-def drift(rng, reach: tuple[float, float] = REACH) -> Motion:
+def drift(rng, reach: tuple[float, float] = REACH, step: float | None = None) -> Motion:
+    """``step``: every pose a whole number of steps from the first (4 px, a code: the VQ's tokens of
+    the moved emoji are then its earlier tokens one column over, which a clip model can copy)."""
     direction = rng.choice(list(DIRECTIONS))
     reach = rng.uniform(*reach)
     ux, uy = DIRECTIONS[direction]
-    return Motion(f"drifting {direction}", lambda t: Pose(ux * reach * t, uy * reach * t))
+
+    def shift(t: float) -> float:
+        return reach * t if step is None else step * round(reach * t / step)
+
+    return Motion(f"drifting {direction}", lambda t: Pose(ux * shift(t), uy * shift(t)))
 
 
 def turn(rng) -> Motion:
@@ -195,11 +201,18 @@ STILL_GEOMETRIC = [hold, drift, drift, turn, breathe]
 LOCAL = [blink, flash]
 
 
-def choose_still(rng, compose: float, reach: tuple[float, float] = REACH) -> list[Motion]:
-    """A gentle motion or one local change; with probability ``compose`` a local change on a motion."""
+def choose_still(
+    rng, compose: float, reach: tuple[float, float] = REACH, step: float | None = None, drifts: float | None = None
+) -> list[Motion]:
+    """A gentle motion or one local change; with probability ``compose`` a local change on a motion.
+    ``drifts``: the share of clips that drift (default: as likely as each other kind)."""
     kinds = STILL_GEOMETRIC + LOCAL
-    first = kinds[int(rng.integers(len(kinds)))]
-    motions = [first(rng, reach) if first is drift else first(rng)]
+    if drifts is None:
+        first = kinds[int(rng.integers(len(kinds)))]
+    else:
+        others = [k for k in kinds if k is not drift]
+        first = drift if rng.random() < drifts else others[int(rng.integers(len(others)))]
+    motions = [first(rng, reach, step) if first is drift else first(rng)]
     if first in STILL_GEOMETRIC and first is not hold and rng.random() < compose:
         motions.append(LOCAL[int(rng.integers(len(LOCAL)))](rng))
     return motions
@@ -264,6 +277,8 @@ def make_clips(
     move: float = 0.6,
     reach: tuple[float, float] = REACH,
     indices: list[int] | None = None,
+    step: float | None = None,
+    drifts: float | None = None,
 ) -> tuple[np.ndarray, list[dict]]:
     """Clips [M, F, H, W, 3] and their records, ``per_image`` clips per image (of ``indices``, default
     all), deterministic in ``seed``."""
@@ -276,7 +291,7 @@ def make_clips(
                 motions = choose(rng, compose)
                 clips.append(make_clip(image, motions, frames))
             else:
-                motions = choose_still(rng, compose, reach)
+                motions = choose_still(rng, compose, reach, step, drifts)
                 place, times = placement(rng), fits_and_starts(rng, frames, move)
                 clips.append(make_clip(image, motions, frames, place, times))
             words = " and ".join(m.words for m in motions)
@@ -338,6 +353,8 @@ def main(argv: list[str] | None = None) -> None:
         "that has it, as train_ar.py --names --style SET (for a video model from the emoji-names model)",
     )
     ap.add_argument("--reach", type=float, nargs=2, default=REACH, metavar=("LO", "HI"), help="drift, pixels per clip")
+    ap.add_argument("--drift-step", type=float, help="drift in whole steps of this many pixels (4: a code)")
+    ap.add_argument("--drifts", type=float, help="share of clips that drift (default: as likely as each other kind)")
     ap.add_argument("--weights", type=Path, default=ROOT / "src" / "jacobigen" / "weights" / "vq.safetensors")
     args = ap.parse_args(argv)
     if args.frames < 2 or args.clips_per_image < 1:
@@ -347,11 +364,12 @@ def main(argv: list[str] | None = None) -> None:
     indices = curated(args.data, captions, args.names) if args.names else None
     clips, records = make_clips(
         images, captions, args.frames, args.clips_per_image, args.seed, args.compose, args.style, args.move,
-        tuple(args.reach), indices,
+        tuple(args.reach), indices, args.drift_step, args.drifts,
     )  # fmt: skip
     args.out.mkdir(parents=True, exist_ok=True)
     np.save(args.out / "clips.npy", clips)
-    meta = {"frames": args.frames, "seed": args.seed, "style": args.style, "reach": list(args.reach), "clips": records}
+    meta = {"frames": args.frames, "seed": args.seed, "style": args.style, "reach": list(args.reach),
+            "drift_step": args.drift_step, "drifts": args.drifts, "clips": records}  # fmt: skip
     if args.names:
         meta["names"] = args.names
     if args.tokenize:

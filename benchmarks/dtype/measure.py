@@ -84,7 +84,7 @@ def decodes(pipes: dict, images: int, window: int) -> dict[str, dict[str, dict]]
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--models", default="default,emoji-video")
+    ap.add_argument("--models", default="emoji,emoji-video")
     ap.add_argument("--images", type=int, default=4, help="images (clips) per dtype and method")
     ap.add_argument("--frames", type=int, default=2, help="frames of a clip (the video model)")
     ap.add_argument("--rounds", type=int, default=7, help="rounds of block timings")

@@ -140,3 +140,14 @@ def test_the_pixel_decode_costs_are_the_measured_ones():
     assert set(decoders) == set(shapes.PIXEL_BYTES)
     for family, decoder in decoders.items():
         assert shapes.PIXEL_BYTES[family] == measured["decoders"][decoder]["bytes_per_pixel"], family
+
+
+@pytest.mark.parametrize(
+    "args, rows",
+    [([], "1 rows = 1 sequence(s);"), (["--cfg", "3"], "2 rows = 1 sequence(s) x 2 for CFG"),
+     (["--model", "emoji"], "2 rows = 1 sequence(s) x 2 for CFG"), (["--model", "emoji", "--cfg", "1"], "1 rows =")],
+)  # fmt: skip
+def test_the_plan_counts_the_cfg_rows_the_models_own_sampling_runs(args, rows):
+    """The default samples at cfg 1 (one model row an image), `emoji` at cfg 3 (the CFG pair)."""
+    out = run("generate", "red heart", *args, "--dry-run")
+    assert out.exit_code == 0 and rows in out.output, out.output

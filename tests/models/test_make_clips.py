@@ -134,3 +134,26 @@ def test_names_make_clips_of_each_curated_names_image_in_one_set_only(tmp_path, 
     meta = json.loads((out / "clips.json").read_text())
     assert sorted({c["image"] for c in meta["clips"]}) == [2, 4]  # twemoji's heart and sun; no cat face
     assert meta["names"] == ["twemoji"] and meta["reach"] == [8.0, 16.0]
+
+
+def test_clip_motion_reads_a_drift_from_the_ink_and_only_the_named_way():
+    import clip_motion
+
+    imgs = fake_images(1)
+    clip = mc.make_clip(imgs[0], [mc.Motion("drifting left", lambda t: mc.Pose(-12 * t, 0))], frames=7)
+    path = [clip_motion.centroid(f) for f in clip]
+    assert path[0][0] - path[-1][0] == pytest.approx(12, abs=0.5) and path[0][1] == pytest.approx(path[-1][1])
+    assert clip_motion.moved(path, "left") and not clip_motion.moved(path, "right")
+    assert not clip_motion.moved(path[:2], "left")  # 2 px: under a code
+    assert clip_motion.direction_of("red heart drifting left") == "left" and clip_motion.direction_of("sun") is None
+
+
+def test_a_stepped_drift_moves_whole_codes_and_drifts_take_their_share():
+    rng = np.random.default_rng(1)
+    for _ in range(10):
+        m = mc.drift(rng, (8.0, 16.0), step=4.0)
+        shifts = [abs(m.pose(t).dx) + abs(m.pose(t).dy) for t in np.linspace(0, 1, 9)]
+        assert all(s % 4 == 0 for s in shifts) and 8 <= shifts[-1] <= 16
+    rng = np.random.default_rng(2)
+    kinds = [mc.choose_still(rng, 0.0, drifts=0.5)[0].words.startswith("drifting") for _ in range(400)]
+    assert 0.43 < np.mean(kinds) < 0.57

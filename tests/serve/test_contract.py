@@ -253,8 +253,8 @@ def test_a_fault_in_a_route_answers_500_in_the_shape(monkeypatch):
 
 
 def test_a_wide_block_decodes_fewer_images_at_a_time(monkeypatch):
-    """The batch holds no more images than keep one step within ``step_tokens``: scd-mc/32 guided is
-    64 tokens an image, so a bound of 128 lets 2 of --max-batch 4 decode together."""
+    """The batch holds no more images than keep one step within ``step_tokens``: scd-mc/32 guided
+    (cfg 3: two rows) is 64 tokens an image, so a bound of 128 lets 2 of --max-batch 4 decode together."""
     from jacobigen.serve import scheduler
 
     limits, run = [], scheduler.run
@@ -265,8 +265,8 @@ def test_a_wide_block_decodes_fewer_images_at_a_time(monkeypatch):
 
     monkeypatch.setattr(scheduler, "run", recorded)
     with serving(max_batch=4, step_tokens=128) as url:
-        assert ask(url, "POST", GEN, {"prompt": "sun", "method": "scd-mc", "window": 32})[0] == 200
-        assert ask(url, "POST", GEN, AR)[0] == 200
+        assert ask(url, "POST", GEN, {"prompt": "sun", "method": "scd-mc", "window": 32, "cfg": 3})[0] == 200
+        assert ask(url, "POST", GEN, {**AR, "cfg": 3})[0] == 200
     assert limits == [2, 4]  # ar: 2 tokens an image, the batch's own limit
 
 

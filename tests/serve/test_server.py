@@ -98,7 +98,7 @@ def test_bad_requests_get_json_errors(url, body, status, field):
 
 def test_models_health_and_metrics(url):
     status, models, _ = call(f"{url}/v1/models")
-    assert status == 200 and models["data"][0]["id"] == "emoji" and "scd-mc" in models["data"][0]["methods"]
+    assert status == 200 and models["data"][0]["id"] == "emoji-names" and "scd-mc" in models["data"][0]["methods"]
     assert call(f"{url}/health")[1]["status"] == "ok"
     counters = ("tokens_total", "forwards_total", "step_compression_count", "request_seconds_count")
     before = {name: metric(url, f"jacobigen_{name}") for name in counters}

@@ -39,7 +39,8 @@ class Folder:
 @click.argument("prompts", nargs=-1)
 @model_options(
     "default",
-    "'default' (embedded emoji model), 'emoji-names' (embedded, fitted to the names people try first), "
+    "'default' ('emoji-names': the embedded model fitted to the 257 names people try first), 'emoji' "
+    "(embedded, trained on all 13,216 images), "
     "'random' (random weights), or FAMILY:PATH.",
 )
 @decoding_options()

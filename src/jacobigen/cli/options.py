@@ -31,22 +31,22 @@ SAMPLING_OPTIONS = [
         "--cfg",
         type=Finite(),
         default=None,
-        help=f"Classifier-free guidance scale (1: none). Default: the model's own (the default model "
-        f"samples with {DEFAULTS}; emoji-names with {NAMES_DEFAULTS}; emoji-video with {VIDEO_DEFAULTS}; "
+        help=f"Classifier-free guidance scale (1: none). Default: the model's own (the default, emoji-names, "
+        f"samples with {NAMES_DEFAULTS}; emoji with {DEFAULTS}; emoji-video with {VIDEO_DEFAULTS}; "
         "random with cfg 1, temperature 1, all ids).",
     ),
     click.option(
         "--temperature",
         type=Finite(0, lo_open=True),
         default=None,
-        help="Softmax temperature, > 0 (smaller: sharper). Default: the model's own (1 for the default model).",
+        help="Softmax temperature, > 0 (smaller: sharper). Default: the model's own (0.5 for the default model).",
     ),
     click.option(
         "--top-k",
         type=click.IntRange(min=1),
         default=None,
-        help="Sample among the K most likely image ids. Default: the model's own (200 for the "
-        "default model; all for emoji-video and random).",
+        help="Sample among the K most likely image ids. Default: the model's own (50 for the "
+        "default, emoji-names; 200 for emoji; all for emoji-video and random).",
     ),
     click.option(
         "--top-p",

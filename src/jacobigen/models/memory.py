@@ -343,8 +343,7 @@ def table(shapes: list[Shape], **kwargs) -> str:
     return "\n".join(rows)
 
 
-def from_config(cfg, name: str, image_tokens: int, **kw) -> Shape:
+def from_config(c, name: str, image_tokens: int, **kw) -> Shape:
     """The shape of our decoder (:class:`~jacobigen.models.transformer.TransformerConfig`)."""
-    c = cfg
     return Shape(name, c.dim, c.n_layers, c.n_heads, c.kv_heads, c.head_dim, c.hidden_dim, c.vocab_size, c.vocab_size,
                  tied=c.tie_embeddings, qk_norm=c.qk_norm, image_tokens=image_tokens, **kw)  # fmt: skip

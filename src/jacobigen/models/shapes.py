@@ -24,18 +24,19 @@ def shape_of(spec: str) -> Shape | None:
     shapes (memory-mapped: no tensor is read); None where only loading tells (a LlamaGen file whose
     pickled arguments need ``--trust-checkpoint``, or a LlamaGen ``.safetensors``, which loads whole)."""
     from . import embedded as E
-    from .load import EMBEDDED, WEIGHTS
+    from .load import EMBEDDED, VIDEO_MODELS
 
-    if spec in (*EMBEDDED, "emoji-video") or spec.partition(":")[0] in ("emoji", "emoji-video"):
+    if spec in (*EMBEDDED, *VIDEO_MODELS) or spec.partition(":")[0] in ("emoji", "emoji-video"):
         family, _, path = spec.partition(":")
-        folder = Path(path) if path else EMBEDDED.get(spec, WEIGHTS / "video")
+        video = family in VIDEO_MODELS
+        folder, sampling = VIDEO_MODELS.get(spec, (None, E.VIDEO_SAMPLING)) if video else (EMBEDDED.get(spec), None)
+        folder = Path(path) if path else folder
         cfg = _safetensors_config(folder / "ar.safetensors")
         if cfg is None:
             return None
-        tokens = E.IMAGE_TOKENS
-        if family == "emoji-video":
-            tokens = cfg.max_seq_len  # a clip fills the model's positions
-        return from_config(cfg, spec, tokens, prompt_tokens=16)
+        tokens = cfg.max_seq_len if video else E.IMAGE_TOKENS  # a clip fills the model's positions
+        sampling = sampling or E.sampling_for(folder)
+        return from_config(cfg, spec, tokens, prompt_tokens=16, cfg=sampling["cfg"] != 1)  # its own guidance
     if spec in ("random", "random-video"):
         return None  # a few MB: nothing to plan
     from .families import FAMILIES
