@@ -38,6 +38,7 @@ step() {
 ALL=sjd,scd-mc,scd-gs,sjd-pac,sjd-vp,scd-gs+pac,scd-mc+vp,scd-mc+pac+vp,pjd,pjd+scd-mc,pjd+scd-mc+pac,gsd,lantern,lantern+vp
 TREE="scd-mc,scd-gs,sjd-pac,sjd-pac[tree_min_gain=0],sjd-pac[tree_budget=full],sjd-pac[tree_depth=4,tree_budget=full,window=113]"
 
+step names jacobigen bench --model emoji-names --methods ar,scd-mc,scd-gs,sjd-pac --window 16,32,64 --prompts 8 --seeds 2 --threads 1,2 --out "$OUT/names"
 step steps jacobigen bench --model emoji --steps "$OUT/steps.json" --prompts 8 --seeds 2 --threads 1 --out "$OUT/steps-bench"
 step steps-t05 jacobigen bench --model emoji --steps "$OUT/steps.json" --prompts 8 --seeds 2 --threads 1 --temperature 0.5 --top-k 50 --out "$OUT/steps-bench-t05"
 for n in 1 2; do
