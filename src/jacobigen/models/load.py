@@ -31,7 +31,7 @@ EMBEDDED_PROMPTS = ["red heart", "grinning face", "red apple", "blue car", "sun"
 PROMPT_BYTES = 48  # the random model's prompt bytes, as the byte-caption emoji model's
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}  # --dtype's names
 EMBEDDED_DTYPE = DTYPES[E.DTYPE]
-# The shipped image models by --model name: `emoji` (trained on ~13,000 emoji of seven art sets:
+# The shipped image models by --model name: `emoji` (trained on 13,216 emoji of four art sets:
 # varied, 1.3 nats per token, the harder case for Jacobi decoding) and `emoji-names`, fitted to the
 # 257 curated names (training/vocabulary.py), which draws what it is asked and is the default (issue 60).
 MODELS = {"emoji": WEIGHTS, "emoji-names": WEIGHTS / "names"}
