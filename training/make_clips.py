@@ -324,13 +324,12 @@ def tokenize(clips: np.ndarray, weights: Path) -> np.ndarray:
 
 
 def curated(data: Path, captions: list[str], styles: list[str]) -> list[int]:
-    """The image of each curated name, from the first of ``styles`` (art sets) that has it."""
-    from train_ar import one_style
-    from vocabulary import names_file
+    """The image of each curated name, from the first of ``styles`` (art sets) that has it: the
+    images `train_ar.py --names --style` trains the names model on."""
+    from train_ar import curated_run
 
-    known = set(names_file(captions, json.loads((data / "keywords.json").read_text()))["names"])
-    drawn = [i for i, c in enumerate(captions) if c in known]
-    return one_style(drawn, captions, json.loads((data / "sources.json").read_text()), styles)
+    keywords = json.loads((data / "keywords.json").read_text())
+    return curated_run(captions, keywords, {"test": []}, [], styles, data / "sources.json")[0]["train"]
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -80,7 +80,12 @@ def initial_words(init: Path | None) -> list[str]:
 
 
 def curated_run(
-    captions: list[str], keywords: list[dict], split: dict, first: list[str], styles: list[str] | None = None
+    captions: list[str],
+    keywords: list[dict],
+    split: dict,
+    first: list[str],
+    styles: list[str] | None = None,
+    sources: Path = DATA / "sources.json",
 ):
     """A run on the curated names (training/vocabulary.py): every image captioned exactly by one
     (from both splits: a user's "bear" must draw, wherever the held-out rule put it) to train on,
@@ -94,7 +99,7 @@ def curated_run(
     known = set(names["names"])
     drawn = [i for i, c in enumerate(captions) if c in known]
     if styles:
-        drawn = one_style(drawn, captions, json.loads((DATA / "sources.json").read_text()), styles)
+        drawn = one_style(drawn, captions, json.loads(sources.read_text()), styles)
     said = dict.fromkeys(w for n in names["names"] for w in E.caption_words(f"{n} {mirror_caption(n)}"))
     words = E.WordCaptions([*first, *(w for w in said if w not in set(first))])
     return {"train": drawn, "test": sorted(set(split["test"]) - set(drawn))}, words, names
