@@ -40,6 +40,7 @@ SETTINGS = [
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="default")
+    ap.add_argument("--dtype", choices=["float32", "bfloat16"], help="the model dtype (default: its own here)")
     ap.add_argument("--prompts", type=int, default=4)
     ap.add_argument("--window", type=int, default=16)
     ap.add_argument("--samples", type=int, default=20_000)
@@ -47,7 +48,7 @@ def main():
     ap.add_argument("--out", type=Path, default=Path("benchmarks/lossy"))
     args = ap.parse_args()
 
-    pipe = load_bundle(args.model)
+    pipe = load_bundle(args.model, dtype=args.dtype)
     meta = environment(pipe.model, args.model)  # the commit, threads and machine, as every bench records
     prompts = (pipe.example_prompts * args.prompts)[: args.prompts]
     ar = sum(pipe.generate(p, method="ar", seed=i)[0].stats.nfe for i, p in enumerate(prompts))

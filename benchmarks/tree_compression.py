@@ -33,6 +33,7 @@ DEFAULT = (
 def main(argv=None) -> str:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="emoji")
+    ap.add_argument("--dtype", choices=["float32", "bfloat16"], help="the model dtype (default: its own here)")
     ap.add_argument("--methods", default=DEFAULT)
     ap.add_argument("--windows", default="16,32,64")
     ap.add_argument("--prompts", type=int, default=2)
@@ -40,7 +41,7 @@ def main(argv=None) -> str:
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args(argv)
-    pipe = load_bundle(args.model)
+    pipe = load_bundle(args.model, dtype=args.dtype)
     choose_threads(pipe.model, None)
     prompts = (pipe.example_prompts * args.prompts)[: args.prompts]
     windows = [int(w) for w in args.windows.split(",")]

@@ -27,7 +27,7 @@ TEMPLATE = ROOT / "docs" / "results.in.md"
 RESULTS = ROOT / "docs" / "results.md"
 README = ROOT / "README.md"
 HEAD_START, HEAD_END = "<!-- headline:start -->", "<!-- headline:end -->"
-BASELINES = ("ar", "plain-ar")
+BASELINES = ("ar", "plain-ar", "plain-ar-float32")
 
 
 def load(rel: str) -> dict:
@@ -310,27 +310,36 @@ def compiled_cpu() -> str:
 
 
 def dtype_block_cost() -> str:
-    """`benchmarks/dtype/measure.json`: per embedded model and dtype, a block's forward against a single
-    token's, and the lossless presets against the plain loop in the same dtype."""
-    data = load("dtype/measure.json")
+    """`benchmarks/dtype/*.json`: per run, embedded model and dtype, a block's forward against a single
+    token's, the lossless presets against the plain loop in the same dtype, and the fastest preset
+    against the float32 plain loop (the baseline a user writes without thinking of dtypes)."""
     methods = ("scd-gs", "scd-mc", "sjd-pac")
     blocks = ("4", "16", "32", "64")
-    cols = ["model", "dtype", "1 token (ms)", *(f"block {b}" for b in blocks), "plain loop (s/image)", *methods]
+    cols = ["run", "model", "dtype", "1 token (ms)", *(f"block {b}" for b in blocks), "plain loop (s/image)"]
+    cols += [*methods, "fastest (s/image)", "fastest vs float32 plain loop"]
     cells = []
-    for spec, m in data["models"].items():
-        spec = "emoji" if spec == "default" else spec  # measured while `default` named the emoji model
-        for dtype, costs in m["block_seconds"].items():
-            runs = m["decodes"][dtype]
-            cells.append(
-                [
-                    f"`{spec}`",
-                    dtype,
-                    f"{costs['1'] * 1e3:.1f}",
-                    *(x(m["block_vs_single"][dtype][b]) for b in blocks),
-                    f"{runs['plain-ar']['seconds_per_image']:.2f}",
-                    *(x(runs[k]["speedup_vs_plain"]) for k in methods),
-                ]
-            )
+    for name in ("threads-1", "threads-2", "measure"):
+        data = load(f"dtype/{name}.json")
+        run = f"{data['environment']['threads']} thread(s), load {data['environment']['loadavg_before'][0]:.1f}"
+        for spec, m in data["models"].items():
+            spec = "emoji" if spec == "default" else spec  # measured while `default` named the emoji model
+            plain32 = m["decodes"]["float32"]["plain-ar"]["seconds_per_image"]
+            for dtype, costs in m["block_seconds"].items():
+                runs = m["decodes"][dtype]
+                fastest = min(runs[k]["seconds_per_image"] for k in methods)
+                cells.append(
+                    [
+                        run,
+                        f"`{spec}`",
+                        dtype,
+                        f"{costs['1'] * 1e3:.1f}",
+                        *(x(m["block_vs_single"][dtype][b]) for b in blocks),
+                        f"{runs['plain-ar']['seconds_per_image']:.2f}",
+                        *(x(runs[k]["speedup_vs_plain"]) for k in methods),
+                        f"{fastest:.2f}",
+                        x(plain32 / fastest),
+                    ]
+                )
     return md_table(cols, cells)
 
 
@@ -514,13 +523,15 @@ TABLES = {
 def headline() -> str:
     """README's one table: the lossless presets on both embedded image models (2-core CPU, one and two
     threads): the default, `emoji-names`, beside the varied `emoji` model, the harder case."""
+    # (a run before --dtype existed ran float32)
+    files = {"emoji-names": "names/threads-{}/bench.json", "emoji": "tree/threads-{}/bench.json"}
     runs = {
-        "emoji-names": (rows_by_key("names/threads-1/bench.json"), rows_by_key("names/threads-2/bench.json")),
-        "emoji": (rows_by_key("tree/threads-1/bench.json"), rows_by_key("tree/threads-2/bench.json")),
+        f"{model} ({load(f.format(1)).get('dtype', 'float32')})": (rows_by_key(f.format(1)), rows_by_key(f.format(2)))
+        for model, f in files.items()
     }
     cols = ["method (lossless)", "window"]
     for what in ("step compression", "latency, 1 thread", "latency, 2 threads"):
-        cols += [f"{what}: `{model}`" for model in runs]
+        cols += [f"{what}: `{model.split()[0]}` {model.split()[1]}" for model in runs]
     cells = [
         [f"`{method}`", str(w)]
         + [x(one[(method, w)]["step_compression"]) for one, _ in runs.values()]

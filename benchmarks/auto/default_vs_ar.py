@@ -8,7 +8,9 @@ then ``--runs`` rounds of the default and `ar` interleaved, each a fresh `jacobi
 process on the same prompt and seed. It reports the median seconds per image of each (the decode,
 from --stats), their ratio, what the first run cost beyond a later one (whole process), and how
 far each run's predicted speed against ar (what it printed) was from what that run measured: its
-own seconds per image against ar's median.
+own seconds per image against ar's median. Where the default runs the model in another dtype than
+float32 (bfloat16 on a CPU with native bf16), `--method ar --dtype float32` runs in each round too:
+the float32 `ar`, the faster `ar` there.
 """
 
 from __future__ import annotations
@@ -38,17 +40,20 @@ def generate(args: list[str], cache: Path, work: Path) -> tuple[float, dict]:
     return time.perf_counter() - start, json.loads(stats.read_text())
 
 
-def measure(threads: int, runs: int, prompt: str, seed: int) -> dict:
+def measure(threads: int, runs: int, prompt: str, seed: int, float32_ar: bool) -> dict:
     common = [prompt, "--seed", str(seed), "--threads", str(threads)]
     with tempfile.TemporaryDirectory() as tmp:
         cache, work = Path(tmp) / "cache", Path(tmp)
         first_total, first = generate(common, cache, work)
-        auto, ar = [], []
+        auto, ar, ar32 = [], [], []
         for _ in range(runs):
             auto.append(generate(common, cache, work))
             ar.append(generate([*common, "--method", "ar"], cache, work))
+            if float32_ar:
+                ar32.append(generate([*common, "--method", "ar", "--dtype", "float32"], cache, work))
     auto_s = statistics.median(s["wall_time"] for _, s in auto)
     ar_s = statistics.median(s["wall_time"] for _, s in ar)
+    ar32_s = statistics.median(s["wall_time"] for _, s in ar32) if ar32 else None
     predicted = first["auto"]["predicted_speedup"]
 
     def off(stats: dict) -> float:  # the run's predicted speed against ar over what it measured
@@ -63,6 +68,9 @@ def measure(threads: int, runs: int, prompt: str, seed: int) -> dict:
         "default_seconds": [s["wall_time"] for _, s in auto],
         "ar_seconds": [s["wall_time"] for _, s in ar],
         "speed_vs_ar": ar_s / auto_s,
+        "dtype": first["dtype"],
+        "float32_ar_seconds": [s["wall_time"] for _, s in ar32],
+        "speed_vs_float32_ar": None if ar32_s is None else ar32_s / auto_s,
         "first_run_extra_seconds": first_total - statistics.median(t for t, _ in auto),
         "prediction_error": off(first),
         "later_prediction_errors": [off(s) for _, s in auto],
@@ -72,11 +80,13 @@ def measure(threads: int, runs: int, prompt: str, seed: int) -> dict:
 def report(rows: list[dict]) -> str:
     """The markdown table of :func:`measure`'s rows."""
     return md_table(
-        ["threads", "first run chose", "its predicted speed vs ar", "its prediction off by",
-         "later runs' predictions off by", "default vs ar (medians)", "first run beyond a later one"],
-        [[str(r["threads"]), f"{r['first']['method']} @ {r['first']['window']}",
+        ["threads", "dtype", "first run chose", "its predicted speed vs ar", "its prediction off by",
+         "later runs' predictions off by", "default vs ar (medians)", "default vs float32 ar",
+         "first run beyond a later one"],
+        [[str(r["threads"]), r.get("dtype", "float32"), f"{r['first']['method']} @ {r['first']['window']}",
           f"{r['first']['predicted_speedup']:.2f}x", f"{r['prediction_error']:+.0%}",
           ", ".join(f"{e:+.0%}" for e in r["later_prediction_errors"]), f"{r['speed_vs_ar']:.2f}x",
+          "-" if r.get("speed_vs_float32_ar") is None else f"{r['speed_vs_float32_ar']:.2f}x",
           f"{r['first_run_extra_seconds']:.1f} s"] for r in rows],
     )  # fmt: skip
 
@@ -93,7 +103,8 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=Path("benchmarks/auto"))
     args = ap.parse_args()
     meta = environment(load_bundle("default").model, "default")  # the commit, machine and load
-    rows = [measure(int(t), args.runs, args.prompt, args.seed) for t in args.threads.split(",")]
+    float32_ar = meta["dtype"] != "float32"
+    rows = [measure(int(t), args.runs, args.prompt, args.seed, float32_ar) for t in args.threads.split(",")]
     result = {**meta, "prompt": args.prompt, "seed": args.seed, "runs": args.runs, "rows": rows,
               "loadavg_after": loadavg()}  # fmt: skip
     args.out.mkdir(parents=True, exist_ok=True)

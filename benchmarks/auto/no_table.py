@@ -61,6 +61,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--images", type=int, default=8)
     ap.add_argument("--out", type=Path, default=Path(__file__).with_name("no_table.json"))
+    ap.add_argument("--dtype", choices=["float32", "bfloat16"], help="the model's dtype (default: its default here)")
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="no-table-"))
     os.environ["JACOBIGEN_CACHE"] = str(tmp / "cache")  # before any cache path is read
@@ -73,7 +74,7 @@ def main() -> None:
 
     threads = torch.get_num_threads()
     folder = nudged_copy(Path(tempfile.mkdtemp(prefix="nudged-", dir=tmp)))
-    bundle = load_bundle(f"emoji:{folder}")
+    bundle = load_bundle(f"emoji:{folder}", dtype=args.dtype)
     shipped = embedded_bundle()
     assert fingerprint(bundle.model) != fingerprint(shipped.model)
     assert find_steps(bundle.model, bundle.layout.length, bundle.defaults) is None  # out of reach

@@ -23,6 +23,7 @@ from jacobigen.tools.threads import git_commit
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="default")
+    ap.add_argument("--dtype", choices=["float32", "bfloat16"], help="the model dtype (default: its own here)")
     ap.add_argument("--prompt", default="grinning face")
     ap.add_argument("--window", type=int, default=16)
     ap.add_argument("--seed", type=int, default=0)
@@ -31,7 +32,7 @@ def main() -> None:
     ap.add_argument("--size", type=int, default=96)
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args()
-    bundle = load_bundle(args.model)
+    bundle = load_bundle(args.model, dtype=args.dtype)
     sampling = {k: v for k, v in (("temperature", args.temperature), ("top_k", args.top_k)) if v is not None}
     presets = [name for name, m in METHODS.items() if m.lossless]
     tiles = []

@@ -44,13 +44,19 @@ def test_stats_record_the_dtype(tmp_path):
     [
         (["--shape", "anole-7b"], "weights bfloat16"),  # a family checkpoint: bf16 as released, on the CPU too
         (["--shape", "anole-7b", "--dtype", "float32"], "weights float32"),
-        (["--model", "default"], f"weights {E.DTYPE}"),
+        (["--model", "default"], f"weights {E.DTYPE}"),  # a CPU without native bf16
+        (["--model", "default", "native-bf16"], f"weights {E.NATIVE_BF16_DTYPE}"),
         (["--model", "default", "--device", "cuda"], f"weights {E.DTYPE}"),  # what the loader uses there too
         (["--model", "default", "--dtype", "bfloat16"], "weights bfloat16"),
     ],
 )
 def test_the_plan_counts_the_dtype_the_loader_uses(monkeypatch, args, weights):
+    from jacobigen.models import load
+
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    native = "native-bf16" in args
+    monkeypatch.setattr(load, "native_bf16", lambda: native)
+    args = [a for a in args if a != "native-bf16"]
     out = run("plan", *args)
     assert out.exit_code == 0, out.output
     assert out.output.splitlines()[0].endswith(weights)

@@ -6,6 +6,7 @@ import torch
 
 from jacobigen.core.errors import ConfigError
 from jacobigen.models import embedded as E
+from jacobigen.models import load
 from jacobigen.models.load import check_dtype, default_dtype, load_bundle
 from jacobigen.tools.threads import environment
 
@@ -53,10 +54,27 @@ def test_a_dtype_that_cannot_run_is_a_config_error(dtype, quantize, says):
         check_dtype(dtype, quantize)
 
 
-def test_the_defaults_family_checkpoints_as_released_the_embedded_models_as_measured():
+@pytest.mark.parametrize("native", [True, False], ids=["native-bf16-cpu", "other-cpu"])
+def test_the_defaults_family_checkpoints_as_released_the_embedded_models_as_measured(monkeypatch, native):
+    """Embedded models: bfloat16 where the CPU has native bf16 (measured faster there), else float32;
+    the random test models float32 on every machine, so their tokens do not depend on it."""
+    monkeypatch.setattr(load, "native_bf16", lambda: native)
     assert default_dtype("lumina-mgpt:/x", "cpu") == torch.bfloat16 == default_dtype("janus:/x", "cuda")
-    for spec in ("default", "emoji:/x", "emoji-video", "random", "random-video"):
+    for spec in ("default", "emoji-names", "emoji:/x", "emoji-video"):
+        assert default_dtype(spec, "cpu") == (torch.bfloat16 if native else getattr(torch, E.DTYPE))
+        assert default_dtype(spec, "cuda") == getattr(torch, E.DTYPE)  # not measured there yet
+    for spec in ("random", "random-video"):
         assert default_dtype(spec, "cpu") == getattr(torch, E.DTYPE)
+
+
+def test_native_bf16_reads_the_cpu_flags(monkeypatch):
+    from jacobigen.core import cpu
+
+    for flags, native in [({"avx512f", "avx512_bf16"}, True), ({"amx_bf16", "amx_tile"}, True), ({"avx2"}, False)]:
+        monkeypatch.setattr(cpu, "cpu_flags", lambda flags=flags: flags)
+        cpu.native_bf16.cache_clear()
+        assert cpu.native_bf16() is native
+    cpu.native_bf16.cache_clear()
 
 
 def test_a_step_table_records_the_dtype_it_was_measured_in(bf16, tmp_path):

@@ -162,7 +162,8 @@ def run(*args, memory_limit=None):
 
 def test_a_plan_that_does_not_fit_exits_2_with_its_figures_before_loading(tmp_path):
     out = tmp_path / "x.png"
-    res = run("generate", "red heart", "--window", "16", "--device", "cpu", "--out", str(out), memory_limit="40MiB")
+    args = ["generate", "red heart", "--window", "16", "--device", "cpu", "--dtype", "float32", "--out", str(out)]
+    res = run(*args, memory_limit="40MiB")
     assert res.returncode == 2, res.stderr
     line = res.stderr.strip()
     assert line.count("\n") == 0 and "Traceback" not in line

@@ -123,6 +123,27 @@ def test_rows_are_named_records_and_a_repeated_row_runs_once():
     assert list(skipped["skipped"]) == ["sjd-pac[tree_budget=full] @ 4"]
 
 
+def test_a_bfloat16_decode_of_float32_weights_is_timed_against_the_float32_plain_loop_too():
+    """The embedded models ship float32 weights; in bfloat16 (their default on a CPU with native bf16)
+    the plain loop a user writes may run them as shipped, and on a CPU a plain loop runs faster so:
+    bench times that loop too, and speedups are against the fastest baseline. A float32 decode, or a
+    model whose weights are not ours, gets no such row."""
+    from jacobigen.models import load_bundle
+    from jacobigen.tools.bench import float32_twin
+
+    b16 = load_bundle("emoji-names", "cpu", dtype="bfloat16")
+    assert {p.dtype for p in float32_twin(b16, "emoji-names").model.parameters()} == {torch.float32}
+    assert float32_twin(load_bundle("emoji-names", "cpu", dtype="float32"), "emoji-names") is None
+    assert float32_twin(load_bundle("random", "cpu", dtype="bfloat16"), "random") is None
+    rows, extra = run_bench(
+        b16, ["ar"], [4], ["red heart"], [0], progress=False, warmup=False, model_spec="emoji-names"
+    )
+    assert [(r.method, r.runs) for r in rows] == [("ar", 1), ("plain-ar", 1), ("plain-ar-float32", 1)]
+    fastest = min(rows, key=lambda r: r.wall)
+    assert extra["baseline"]["wall"] == fastest.method
+    assert all(r.latency_speedup == pytest.approx(fastest.wall / r.wall) for r in rows)
+
+
 def test_compile_failure_is_one_clear_error(monkeypatch):
     def broken(fn, **kwargs):  # compiles "fine", fails at the first call, as inductor does
         def call(*args, **kw):

@@ -32,10 +32,12 @@ UNK = 1029  # word captions: a word outside the vocabulary
 WORD_OFFSET = 1030  # word captions: the vocabulary's i-th word -> id 1030 + i
 IMAGE_TOKENS = GRID * (GRID + 1) + 1  # rows with EOL, then EOI: 273
 CLIP_FRAME_TOKENS = GRID * (GRID + 1) + 1  # in a clip: rows with EOL, then EOF: 273
-# The transformer's dtype by default (``--dtype`` chooses another): float32. bfloat16 makes a block cheaper
-# against a single token on a CPU with native bf16 (docs/results.md, "Block cost by dtype"), but it is
-# another model, so every published result would change with it: the default stays the dtype they ran in.
+# The transformer's dtype by default (``--dtype`` chooses another): bfloat16 on a CPU with native bf16
+# (AVX512-BF16 or AMX), where a block costs much less against a single token than in float32 and every
+# lossless preset ran faster than its float32 self (docs/results.md, "Block cost by dtype"); float32
+# elsewhere (and on CUDA, not measured there yet). The target is then that dtype's model.
 DTYPE = "float32"
+NATIVE_BF16_DTYPE = "bfloat16"
 SAMPLING = {"cfg": 3.0, "temperature": 1.0, "top_k": 200}  # recommended (the command line's help shows it)
 # A model fitted to the curated names (a names.json beside its weights; training/vocabulary.py) draws each
 # name's one picture: its conditional and unconditional branches are both sharp, so cfg 3 extrapolates

@@ -13,6 +13,7 @@ import torch
 from PIL import Image
 
 from ..core.contract import default_device
+from ..core.cpu import native_bf16
 from ..core.errors import ConfigError, WeightsError
 from ..core.layout import ImageLayout, VideoLayout
 from ..core.quantize import check_mode, quantize_model
@@ -300,9 +301,14 @@ def check_dtype(dtype, quantize: str | None = None) -> torch.dtype | None:
 
 def default_dtype(spec: str, device: str) -> torch.dtype:
     """The dtype ``spec`` loads at when none is given: a family checkpoint's, bfloat16, as released;
-    the embedded and random models', :data:`jacobigen.models.embedded.DTYPE` (measured: docs/cli.md)."""
+    the embedded models', bfloat16 on a CPU with native bf16 (faster there, measured: docs/cli.md) and
+    :data:`jacobigen.models.embedded.DTYPE` elsewhere; the random (test) models', that one everywhere,
+    so that their tokens do not depend on the machine."""
     family = spec.partition(":")[0]
-    if family in (*EMBEDDED, *VIDEO_MODELS, "random", "random-video"):
+    if family in (*EMBEDDED, *VIDEO_MODELS):
+        native = torch.device(device).type == "cpu" and native_bf16()
+        return DTYPES[E.NATIVE_BF16_DTYPE] if native else EMBEDDED_DTYPE
+    if family in ("random", "random-video"):
         return EMBEDDED_DTYPE
     from .families.base import default_dtype as family_dtype
 

@@ -1,8 +1,10 @@
 """Side-by-side benchmark: every method on the same prompts and seeds, interleaved, in one process.
 
 Two baselines run beside the methods: ``ar`` (the engine at window 1) and ``plain-ar``, the plain
-KV-cache loop a user would write (:mod:`jacobigen.tools.plain_ar`). Latency figures are against the faster
-of the two, so engine overhead cannot flatter the methods; ``ar``'s time over the plain loop's is
+KV-cache loop a user would write (:mod:`jacobigen.tools.plain_ar`); a third, ``plain-ar-float32``, where
+the model runs in another dtype than the float32 its weights ship in (the embedded models in bfloat16 on
+a CPU with native bf16). Latency figures are against the fastest, so neither engine overhead nor a slow
+dtype's loop can flatter the methods; ``ar``'s time over the plain loop's is
 reported beside them. Per method and window: forward passes per image, step compression (``ar``'s
 forward passes over the method's), speedups in wall time and in CPU time (``process_time`` adds up
 every thread, so threads that spin show), the tokens-per-iteration histogram (and the share of
@@ -15,7 +17,7 @@ from __future__ import annotations
 
 import time
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 from tqdm.auto import tqdm
@@ -32,7 +34,7 @@ from ..decode.engine import CompileFallback
 from ..decode.methods import parse_variant
 from ..models.bundle import ModelBundle, encode_one
 from .auto import choose
-from .bench_rows import BASELINES, PLAIN, Row, Run
+from .bench_rows import BASELINES, PLAIN, PLAIN32, Row, Run
 from .plain_ar import plain_ar
 from .threads import choose_threads, environment, loadavg
 
@@ -162,8 +164,10 @@ def run_bench(
     ``compile`` runs every row (baselines included) with its step compiled (:func:`compiled_warmup`).
     """
     extra: dict = environment(pipe.model, model_spec)
-    specs = [parse_variant(m) for m in dict.fromkeys(["ar", *methods]) if m not in (PLAIN, "auto")]
+    specs = [parse_variant(m) for m in dict.fromkeys(["ar", *methods]) if m not in (*BASELINES, "auto")]
     configs = _fixed_configs(specs, [w for w in windows if w != "auto"], extra)
+    twin = None if compile else float32_twin(pipe, model_spec)
+    configs += [Config(PLAIN32, 1)] if twin else []
     if "auto" in windows:
         configs += _auto_windows(pipe, specs, sampling, extra)
     if "auto" in methods:
@@ -173,19 +177,42 @@ def run_bench(
     if compile:
         _compile_rows(pipe, rows, prompts[0], seeds[0], compile, extra, **sampling)
     for c in rows if warmup and not compile else []:
-        decode_one(pipe, c.method, c.window, prompts[0], seeds[0], **sampling)
+        _decode(pipe, twin, c, prompts[0], seeds[0], False, sampling)
     extra["warmup_seconds"] = time.perf_counter() - t0
     jobs = [Job(p, seed, c) for p in prompts for seed in seeds for c in rows if not rows[c].compile_error]
     for job in tqdm(jobs, disable=not progress, desc="bench", unit="run"):
         row, c = rows[job.config], job.config
         before = compile_counts()["graphs"]
-        row.add(decode_one(pipe, c.method, c.window, job.prompt, job.seed, compile, **sampling))
+        row.add(_decode(pipe, twin, c, job.prompt, job.seed, compile, sampling))
         if compile:
             row.recompiles += compile_counts()["graphs"] - before
     extra["loadavg_after"] = loadavg()
-    extra["baseline"] = _speedups(rows[Config("ar", 1)], rows[Config(PLAIN, 1)], rows.values())
+    plains = [rows[c] for c in (Config(PLAIN, 1), Config(PLAIN32, 1)) if c in rows]
+    extra["baseline"] = _speedups(rows[Config("ar", 1)], plains, rows.values())
     order = {m: i for i, m in enumerate(dict.fromkeys(c.method for c in rows))}
     return sorted(rows.values(), key=lambda r: (order[r.method], r.auto, r.window)), extra
+
+
+def float32_twin(pipe: ModelBundle, model_spec: str | None) -> ModelBundle | None:
+    """The bundle on its float32 model, when ``pipe`` runs an embedded model (weights shipped in
+    float32) on a CPU in another dtype, unquantized: the plain loop a user writes runs that one."""
+    from ..core.contract import model_dtype
+    from ..core.quantize import quantized_as
+    from ..models.load import EMBEDDED, VIDEO_MODELS, load_bundle
+
+    embedded = model_spec is not None and model_spec.partition(":")[0] in (*EMBEDDED, *VIDEO_MODELS)
+    if not embedded or model_dtype(pipe.model) == "float32" or quantized_as(pipe.model):
+        return None
+    if model_device(pipe.model).type != "cpu":
+        return None
+    return replace(pipe, model=load_bundle(model_spec, "cpu", dtype="float32").model)
+
+
+def _decode(pipe: ModelBundle, twin, c: Config, prompt: str, seed: int, compile, sampling: dict) -> Run:
+    """One image of row ``c``: the float32 plain loop on ``twin``, every other row on ``pipe``."""
+    if c.method == PLAIN32:
+        return decode_one(twin, PLAIN, 1, prompt, seed, compile, **sampling)
+    return decode_one(pipe, c.method, c.window, prompt, seed, compile, **sampling)
 
 
 def _fixed_configs(specs, windows: list[int], extra: dict) -> list[Config]:
@@ -249,10 +276,12 @@ def _compile_rows(pipe, rows: dict[Config, Row], prompt: str, seed: int, compile
     extra["compile_errors"] = {f"{r.method} @ {r.window}": r.compile_error for r in failed}
 
 
-def _speedups(ar: Row, plain: Row, rows) -> dict:
-    """Each timed row's step compression and speedups against the faster baseline (by wall and by
-    CPU time) and against ``ar``; returns the baselines' record."""
-    by_wall, by_cpu = min(ar, plain, key=lambda r: r.wall), min(ar, plain, key=lambda r: r.cpu)
+def _speedups(ar: Row, plains: list[Row], rows) -> dict:
+    """Each timed row's step compression and speedups against the fastest baseline (by wall and by
+    CPU time) and against ``ar``; returns the baselines' record (``plains``: the plain loop in the
+    model's dtype, then in float32 where it ran)."""
+    plain = plains[0]
+    by_wall, by_cpu = min(ar, *plains, key=lambda r: r.wall), min(ar, *plains, key=lambda r: r.cpu)
     for r in rows:
         if not r.runs:  # not compiled, not timed
             continue

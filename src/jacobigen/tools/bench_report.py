@@ -65,7 +65,7 @@ def header(extra: dict) -> str:
         b = extra["baseline"]
         names = b["wall"] if b["wall"] == b["cpu"] else f"{b['wall']} (wall time) and {b['cpu']} (CPU time)"
         lines.append(
-            f"Speedups against {names}, the faster of ar and {PLAIN} ({b['wall_seconds']:.2f} s/image "
+            f"Speedups against {names}, the fastest of ar and the plain loops ({b['wall_seconds']:.2f} s/image "
             f"wall, {b['cpu_seconds']:.2f} s/image CPU); ar takes {b['ar_over_plain_wall']:.2f}x the plain "
             f"loop's wall time and {b['ar_over_plain_cpu']:.2f}x its CPU time.\n"
         )

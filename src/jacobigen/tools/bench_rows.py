@@ -10,8 +10,11 @@ if TYPE_CHECKING:
     import torch
 
 PLAIN = "plain-ar"
+# the plain loop on the float32 model, beside a decode in another dtype of weights that ship in float32
+# (the embedded models): the loop a user writes without thinking of dtypes, and on a CPU the faster one
+PLAIN32 = "plain-ar-float32"
 SHARED, DETERMINISTIC, PER_SEQUENCE = "shared", "deterministic", "per-sequence"  # how a batch runs its forward
-BASELINES = ("ar", PLAIN)
+BASELINES = ("ar", PLAIN, PLAIN32)
 
 
 @dataclass

@@ -23,6 +23,8 @@ from pathlib import Path
 
 import click
 
+from ..core.cpu import native_bf16
+
 SMALL_MODEL = 50_000_000  # parameters below which a CPU forward runs on one thread by default
 _DEFAULT_THREADS: int | None = None
 
@@ -117,6 +119,7 @@ def environment(model, model_spec: str | None = None) -> dict:
         "torch": torch.__version__,
         "device": str(model_device(model)),
         "cpu": cpu_model(),
+        "native_bf16": native_bf16(),  # what the embedded models' default dtype follows on a CPU
         "loadavg_before": loadavg(),
         **git_commit(),
         "model_spec": model_spec,
