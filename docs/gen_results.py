@@ -316,11 +316,13 @@ def dtype_block_cost() -> str:
     methods = ("scd-gs", "scd-mc", "sjd-pac")
     blocks = ("4", "16", "32", "64")
     cols = ["run", "model", "dtype", "1 token (ms)", *(f"block {b}" for b in blocks), "plain loop (s/image)"]
-    cols += [*methods, "fastest (s/image)", "fastest vs float32 plain loop"]
+    cols += [*methods, "fastest (s/image)", "fastest vs float32 plain loop", "the default on this CPU"]
     cells = []
     for name in ("threads-1", "threads-2", "measure"):
         data = load(f"dtype/{name}.json")
         run = f"{data['environment']['threads']} thread(s), load {data['environment']['loadavg_before'][0]:.1f}"
+        native = data["environment"].get("native_bf16")  # not recorded by the first run
+        default = "bfloat16" if native else "float32" if native is False else "not recorded"
         for spec, m in data["models"].items():
             spec = "emoji" if spec == "default" else spec  # measured while `default` named the emoji model
             plain32 = m["decodes"]["float32"]["plain-ar"]["seconds_per_image"]
@@ -338,6 +340,7 @@ def dtype_block_cost() -> str:
                         *(x(runs[k]["speedup_vs_plain"]) for k in methods),
                         f"{fastest:.2f}",
                         x(plain32 / fastest),
+                        "yes" if dtype == default else "no" if native is not None else default,
                     ]
                 )
     return md_table(cols, cells)

@@ -201,3 +201,19 @@ def test_forwards_are_timed_in_the_cache_the_decode_allocates(machine, tmp_path,
         with slots_asked(bundle.model, decoded):
             bundle.generate([bundle.example_prompts[0]], method=method, window=window)
         assert max(decoded) in timed  # the decode's cache (the largest it makes)
+
+
+@pytest.mark.parametrize("spec", ["emoji-names", "emoji"])
+def test_a_shipped_table_reaches_the_model_in_either_dtype(spec):
+    """The embedded models load in bfloat16 on a CPU with native bf16 and in float32 elsewhere: the
+    shipped table must reach both (a checksum of the unrounded weights differed in its 4th digit on
+    emoji-names, so its bfloat16 default found no table and ran ar)."""
+    from jacobigen.models import load_bundle
+
+    found = []
+    for dtype in ("float32", "bfloat16"):
+        bundle = load_bundle(spec, "cpu", dtype=dtype)
+        hit = steps.find_steps(bundle.model, bundle.layout.length, bundle.defaults)
+        assert hit is not None, f"{spec} in {dtype}: no shipped table"
+        found.append(hit)
+    assert found[0] == found[1]

@@ -167,7 +167,7 @@ def run_bench(
     specs = [parse_variant(m) for m in dict.fromkeys(["ar", *methods]) if m not in (*BASELINES, "auto")]
     configs = _fixed_configs(specs, [w for w in windows if w != "auto"], extra)
     twin = None if compile else float32_twin(pipe, model_spec)
-    configs += [Config(PLAIN32, 1)] if twin else []
+    configs[2:2] = [Config(PLAIN32, 1)] if twin else []  # beside the other baselines
     if "auto" in windows:
         configs += _auto_windows(pipe, specs, sampling, extra)
     if "auto" in methods:
