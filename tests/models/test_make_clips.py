@@ -157,3 +157,23 @@ def test_a_stepped_drift_moves_whole_codes_and_drifts_take_their_share():
     rng = np.random.default_rng(2)
     kinds = [mc.choose_still(rng, 0.0, drifts=0.5)[0].words.startswith("drifting") for _ in range(400)]
     assert 0.43 < np.mean(kinds) < 0.57
+
+
+def test_clip_direction_scores_the_frames_after_the_first_only():
+    """Under a model that knows nothing (uniform logits), the NLL is log V per token of frames 2..F,
+    and nothing for the caption or the first frame, which the direction cannot change."""
+    import math
+
+    import clip_direction
+    import torch
+
+    from jacobigen.models import embedded as E
+
+    vocab = 64
+
+    def uniform(x):
+        return torch.zeros(*x.shape, vocab)
+
+    clip = [0] * (3 * E.CLIP_FRAME_TOKENS)  # three frames
+    nll = clip_direction.later_frames_nll(uniform, [1, 2, 3, 4], clip)
+    assert nll == pytest.approx(2 * E.CLIP_FRAME_TOKENS * math.log(vocab))
