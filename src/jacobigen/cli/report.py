@@ -82,8 +82,9 @@ def report(bundle, gen, texts, seeds, decoding: Decoding, out: Path, trace: bool
     window = decoding.window if gen.method.window is None else gen.method.window
     what = "clip(s)" if isinstance(bundle.layout, VideoLayout) else "image(s)"
     spelled = "" if gen.method.name == gen.method.parts_text else f" = {gen.method.parts_text}"
+    # whose distribution: the quantized model's, else the dtype's (--dtype's default varies by CPU)
     weights = f"; weights {s.quantize} (the target is the quantized model)" if s.quantize else ""
-    weights = weights or (f"; {s.dtype}" if s.dtype else "")  # whose distribution: --dtype's default varies by CPU
+    weights = weights or (f"; {s.dtype}" if s.dtype else "")
     click.echo(f"method: {gen.method.name}{spelled} ({kind}), window {window}{weights}")
     click.echo(
         f"NFE: {s.nfe} forward passes for {len(texts)} {what}; per {what[:-3]} {per_seq:.1f} vs "

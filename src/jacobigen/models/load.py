@@ -299,16 +299,20 @@ def check_dtype(dtype, quantize: str | None = None) -> torch.dtype | None:
     return found
 
 
+def ours(spec: str) -> bool:
+    """Whether ``spec`` names one of our embedded models (or a folder of one): weights shipped in float32."""
+    return spec.partition(":")[0] in (*EMBEDDED, *VIDEO_MODELS)
+
+
 def default_dtype(spec: str, device: str) -> torch.dtype:
     """The dtype ``spec`` loads at when none is given: a family checkpoint's, bfloat16, as released;
     the embedded models', bfloat16 on a CPU with native bf16 (faster there, measured: docs/cli.md) and
     :data:`jacobigen.models.embedded.DTYPE` elsewhere; the random (test) models', that one everywhere,
     so that their tokens do not depend on the machine."""
-    family = spec.partition(":")[0]
-    if family in (*EMBEDDED, *VIDEO_MODELS):
+    if ours(spec):
         native = torch.device(device).type == "cpu" and native_bf16()
         return DTYPES[E.NATIVE_BF16_DTYPE] if native else EMBEDDED_DTYPE
-    if family in ("random", "random-video"):
+    if spec.partition(":")[0] in ("random", "random-video"):
         return EMBEDDED_DTYPE
     from .families.base import default_dtype as family_dtype
 

@@ -23,8 +23,9 @@ import torch
 from tqdm.auto import tqdm
 
 from ..core.checks import SAMPLING_KEYS
-from ..core.contract import model_device, sync
+from ..core.contract import model_device, model_dtype, sync
 from ..core.errors import ConfigError, JacobigenError
+from ..core.quantize import quantized_as
 from ..core.stats import step_compression
 from ..decode.api import generate
 from ..decode.auto import WINDOWS, unbuildable
@@ -33,6 +34,7 @@ from ..decode.costs import block_size, forward_cost_curve
 from ..decode.engine import CompileFallback
 from ..decode.methods import parse_variant
 from ..models.bundle import ModelBundle, encode_one
+from ..models.load import load_bundle, ours
 from .auto import choose
 from .bench_rows import BASELINES, PLAIN, PLAIN32, Row, Run
 from .plain_ar import plain_ar
@@ -196,14 +198,9 @@ def run_bench(
 def float32_twin(pipe: ModelBundle, model_spec: str | None) -> ModelBundle | None:
     """The bundle on its float32 model, when ``pipe`` runs an embedded model (weights shipped in
     float32) on a CPU in another dtype, unquantized: the plain loop a user writes runs that one."""
-    from ..core.contract import model_dtype
-    from ..core.quantize import quantized_as
-    from ..models.load import EMBEDDED, VIDEO_MODELS, load_bundle
-
-    embedded = model_spec is not None and model_spec.partition(":")[0] in (*EMBEDDED, *VIDEO_MODELS)
-    if not embedded or model_dtype(pipe.model) == "float32" or quantized_as(pipe.model):
+    if model_spec is None or not ours(model_spec) or model_device(pipe.model).type != "cpu":
         return None
-    if model_device(pipe.model).type != "cpu":
+    if model_dtype(pipe.model) == "float32" or quantized_as(pipe.model):
         return None
     return replace(pipe, model=load_bundle(model_spec, "cpu", dtype="float32").model)
 
