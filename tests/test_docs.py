@@ -177,7 +177,8 @@ def test_the_samples_grid_ran_from_the_code_that_makes_its_tokens(grid, model):
     assert not problems, f"remake {grid} with the README's command:\n" + "\n".join(problems)
 
 
-SHIPPED = {"emoji": "", "emoji-names": "names", "emoji-video": "video"}  # model name -> folder under weights/
+# model name -> folder under weights/
+SHIPPED = {"emoji": "", "emoji-names": "names", "emoji-video": "video", "emoji-names-video": "names-video"}
 
 
 def stale_weights(results: Path) -> list[str]:

@@ -39,6 +39,17 @@ def moved(path: list[tuple[float, float]], direction: str) -> bool:
     return bool(along >= CODE and along > across)
 
 
+def contact_sheet(clips: list[list], size: int = 64):
+    """One row per clip, one column per frame: what a reader checks the centroids against."""
+    from PIL import Image
+
+    sheet = Image.new("RGB", (size * max(len(c) for c in clips), size * len(clips)), "white")
+    for r, clip in enumerate(clips):
+        for f, frame in enumerate(clip):
+            sheet.paste(frame.convert("RGB").resize((size, size)), (f * size, r * size))
+    return sheet
+
+
 def direction_of(prompt: str) -> str | None:
     words = prompt.split()
     return (
@@ -60,12 +71,15 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--window", type=int, default=32)
     ap.add_argument("--sampling", type=json.loads, default={}, help="over the model's own, e.g. '{\"cfg\": 1}'")
     ap.add_argument("--out", type=Path)
+    ap.add_argument("--dtype", choices=["float32", "bfloat16"], help="default: the model's own on this machine")
+    ap.add_argument("--sheet", type=Path, help="also save every clip's frames as one PNG (a row per clip)")
     args = ap.parse_args(argv)
-    bundle = load_bundle(args.model, "cpu")
-    rows = []
+    bundle = load_bundle(args.model, "cpu", dtype=args.dtype)
+    rows, drawn = [], []
     for prompt in args.prompts:
         _, clips = bundle.generate([prompt] * args.seeds, method=args.method, window=args.window,
                                    seed=list(range(args.seeds)), **args.sampling)  # fmt: skip
+        drawn.extend(clips)
         for seed, clip in enumerate(clips):
             path = [centroid(np.asarray(f.convert("RGB").resize((64, 64)))) for f in clip]
             way = direction_of(prompt)
@@ -81,6 +95,8 @@ def main(argv: list[str] | None = None) -> None:
         hits = [r["moved_as_named"] for r in rows if r["prompt"] == prompt and r["moved_as_named"] is not None]
         if hits:
             print(f"{prompt!r}: moved as named in {sum(hits)} of {len(hits)} seeds")
+    if args.sheet:
+        contact_sheet(drawn).save(args.sheet)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(summary, indent=1))

@@ -138,15 +138,17 @@ def hold(rng) -> Motion:
 REACH = (2.0, 6.0)  # drift, pixels over the whole clip: sub-code steps (--reach)
 
 
-def drift(rng, reach: tuple[float, float] = REACH, step: float | None = None) -> Motion:
+def drift(rng, reach: tuple[float, float] = REACH, step: float | None = None, centred: bool = False) -> Motion:
     """``step``: every pose a whole number of steps from the first (4 px, a code: the VQ's tokens of
-    the moved emoji are then its earlier tokens one column over, which a clip model can copy)."""
+    the moved emoji are then its earlier tokens one column over, which a clip model can copy).
+    ``centred``: start half the reach back, so that a long drift crops the emoji at neither end."""
     direction = rng.choice(list(DIRECTIONS))
     reach = rng.uniform(*reach)
     ux, uy = DIRECTIONS[direction]
+    back = (reach / 2 if step is None else step * (reach // 2 // step)) if centred else 0.0
 
     def shift(t: float) -> float:
-        return reach * t if step is None else step * round(reach * t / step)
+        return (reach * t if step is None else step * round(reach * t / step)) - back
 
     return Motion(f"drifting {direction}", lambda t: Pose(ux * shift(t), uy * shift(t)))
 
@@ -202,7 +204,12 @@ LOCAL = [blink, flash]
 
 
 def choose_still(
-    rng, compose: float, reach: tuple[float, float] = REACH, step: float | None = None, drifts: float | None = None
+    rng,
+    compose: float,
+    reach: tuple[float, float] = REACH,
+    step: float | None = None,
+    drifts: float | None = None,
+    centred: bool = False,
 ) -> list[Motion]:
     """A gentle motion or one local change; with probability ``compose`` a local change on a motion.
     ``drifts``: the share of clips that drift (default: as likely as each other kind)."""
@@ -212,7 +219,7 @@ def choose_still(
     else:
         others = [k for k in kinds if k is not drift]
         first = drift if rng.random() < drifts else others[int(rng.integers(len(others)))]
-    motions = [first(rng, reach, step) if first is drift else first(rng)]
+    motions = [first(rng, reach, step, centred) if first is drift else first(rng)]
     if first in STILL_GEOMETRIC and first is not hold and rng.random() < compose:
         motions.append(LOCAL[int(rng.integers(len(LOCAL)))](rng))
     return motions
@@ -279,6 +286,7 @@ def make_clips(
     indices: list[int] | None = None,
     step: float | None = None,
     drifts: float | None = None,
+    centred: bool = False,
 ) -> tuple[np.ndarray, list[dict]]:
     """Clips [M, F, H, W, 3] and their records, ``per_image`` clips per image (of ``indices``, default
     all), deterministic in ``seed``."""
@@ -291,7 +299,7 @@ def make_clips(
                 motions = choose(rng, compose)
                 clips.append(make_clip(image, motions, frames))
             else:
-                motions = choose_still(rng, compose, reach, step, drifts)
+                motions = choose_still(rng, compose, reach, step, drifts, centred)
                 place, times = placement(rng), fits_and_starts(rng, frames, move)
                 clips.append(make_clip(image, motions, frames, place, times))
             words = " and ".join(m.words for m in motions)
@@ -353,6 +361,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     ap.add_argument("--reach", type=float, nargs=2, default=REACH, metavar=("LO", "HI"), help="drift, pixels per clip")
     ap.add_argument("--drift-step", type=float, help="drift in whole steps of this many pixels (4: a code)")
+    ap.add_argument("--centred", action="store_true", help="a drift starts half its reach back (long drifts)")
     ap.add_argument("--drifts", type=float, help="share of clips that drift (default: as likely as each other kind)")
     ap.add_argument("--weights", type=Path, default=ROOT / "src" / "jacobigen" / "weights" / "vq.safetensors")
     args = ap.parse_args(argv)
@@ -363,12 +372,13 @@ def main(argv: list[str] | None = None) -> None:
     indices = curated(args.data, captions, args.names) if args.names else None
     clips, records = make_clips(
         images, captions, args.frames, args.clips_per_image, args.seed, args.compose, args.style, args.move,
-        tuple(args.reach), indices, args.drift_step, args.drifts,
+        tuple(args.reach), indices, args.drift_step, args.drifts, args.centred,
     )  # fmt: skip
     args.out.mkdir(parents=True, exist_ok=True)
     np.save(args.out / "clips.npy", clips)
     meta = {"frames": args.frames, "seed": args.seed, "style": args.style, "reach": list(args.reach),
-            "drift_step": args.drift_step, "drifts": args.drifts, "clips": records}  # fmt: skip
+            "drift_step": args.drift_step, "drifts": args.drifts, "centred": args.centred,
+            "clips": records}  # fmt: skip
     if args.names:
         meta["names"] = args.names
     if args.tokenize:

@@ -3,7 +3,8 @@
 Training writes only under checkpoints/; this copies an AR run's export (ar.safetensors and, for
 word captions, its words.json; for a run on the curated names, its names.json) into
 src/jacobigen/weights/ (a video run's into weights/video/, a run on the curated names shipped as
-the `emoji-names` model into weights/names/), or
+the `emoji-names` model into weights/names/, a clip run on them as `emoji-names-video` into
+weights/names-video/), or
 with --vq the VQ export, and records what was shipped (run, step, held-out figure, sha256 of each
 file) in weights/manifest.json, which the model card quotes. Shipping a VQ invalidates the AR
 models' tokens: retokenise and retrain after it.
@@ -11,6 +12,7 @@ models' tokens: retokenise and retrain after it.
     python training/ship.py --run ar_words
     python training/ship.py --run video --video
     python training/ship.py --run ar_style --into names
+    python training/ship.py --run video_names_glide --into names-video
     python training/ship.py --vq
 """
 
@@ -34,11 +36,13 @@ def main() -> None:
     ap.add_argument("--vq", action="store_true", help="ship checkpoints/vq/export instead")
     ap.add_argument("--video", action="store_true", help="the run is a video model: ship into weights/video/")
     ap.add_argument(
-        "--into", choices=["names"], help="ship an image run as another model: weights/names/ (emoji-names)"
+        "--into",
+        choices=["names", "names-video"],
+        help="ship a run as another model: weights/names/ (emoji-names), weights/names-video/ (emoji-names-video)",
     )
     args = ap.parse_args()
     if args.into and (args.video or args.vq):
-        ap.error("--into ships an image model: drop --video and --vq")
+        ap.error("--into names ships an image model, --into names-video a clip model: drop --video and --vq")
     run = ROOT / "checkpoints" / ("vq" if args.vq else args.run)
     dest = WEIGHTS / "video" if args.video else WEIGHTS / args.into if args.into else WEIGHTS
     if args.vq:

@@ -146,6 +146,12 @@ def test_clip_motion_reads_a_drift_from_the_ink_and_only_the_named_way():
     assert clip_motion.moved(path, "left") and not clip_motion.moved(path, "right")
     assert not clip_motion.moved(path[:2], "left")  # 2 px: under a code
     assert clip_motion.direction_of("red heart drifting left") == "left" and clip_motion.direction_of("sun") is None
+    from PIL import Image
+
+    frames = [Image.fromarray(f) for f in clip]
+    sheet = np.asarray(clip_motion.contact_sheet([frames, frames[:3]], size=64))
+    assert sheet.shape == (128, 7 * 64, 3) and (sheet[64:, 3 * 64 :] == 255).all()  # a short clip leaves white
+    assert (sheet[:64, 6 * 64 :] == clip[6]).all()
 
 
 def test_a_stepped_drift_moves_whole_codes_and_drifts_take_their_share():
@@ -154,6 +160,10 @@ def test_a_stepped_drift_moves_whole_codes_and_drifts_take_their_share():
         m = mc.drift(rng, (8.0, 16.0), step=4.0)
         shifts = [abs(m.pose(t).dx) + abs(m.pose(t).dy) for t in np.linspace(0, 1, 9)]
         assert all(s % 4 == 0 for s in shifts) and 8 <= shifts[-1] <= 16
+    glide = mc.drift(np.random.default_rng(3), (28.0, 28.0), step=4.0, centred=True)
+    assert [glide.pose(f / 7).dx + glide.pose(f / 7).dy for f in range(8)] in (
+        [s * (4 * f - 12) for f in range(8)] for s in (1, -1)
+    )  # one code a frame, from 12 px back to 16 px on: never the copy, never far off
     rng = np.random.default_rng(2)
     kinds = [mc.choose_still(rng, 0.0, drifts=0.5)[0].words.startswith("drifting") for _ in range(400)]
     assert 0.43 < np.mean(kinds) < 0.57

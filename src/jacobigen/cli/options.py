@@ -22,9 +22,9 @@ from ..tools.dtypes import DTYPE_OPTION
 from ..tools.threads import check_threads
 from .params import Finite, Window, options_of
 
-DEFAULTS, NAMES_DEFAULTS, VIDEO_DEFAULTS = (
+DEFAULTS, NAMES_DEFAULTS, VIDEO_DEFAULTS, NAMES_VIDEO_DEFAULTS = (
     ", ".join(f"{k.replace('_', '-')} {v}" for k, v in sampling.items())
-    for sampling in (E.SAMPLING, E.NAMES_SAMPLING, E.VIDEO_SAMPLING)
+    for sampling in (E.SAMPLING, E.NAMES_SAMPLING, E.VIDEO_SAMPLING, E.NAMES_VIDEO_SAMPLING)
 )
 SAMPLING_OPTIONS = [
     click.option(
@@ -32,7 +32,8 @@ SAMPLING_OPTIONS = [
         type=Finite(),
         default=None,
         help=f"Classifier-free guidance scale (1: none). Default: the model's own (the default, emoji-names, "
-        f"samples with {NAMES_DEFAULTS}; emoji with {DEFAULTS}; emoji-video with {VIDEO_DEFAULTS}; "
+        f"samples with {NAMES_DEFAULTS}; emoji with {DEFAULTS}; emoji-names-video with "
+        f"{NAMES_VIDEO_DEFAULTS}; emoji-video with {VIDEO_DEFAULTS}; "
         "random with cfg 1, temperature 1, all ids).",
     ),
     click.option(

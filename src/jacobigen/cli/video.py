@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from ..models.load import DEFAULT_VIDEO_MODEL
 from ..tools.files import atomic_write
 from .group import BadInput, main
 from .options import Decoding, ModelChoice, decoding_options, model_options
@@ -21,8 +22,9 @@ MAX_SIZE = 4096  # --size, pixels per clip
 @main.command("generate-video")
 @click.argument("prompts", nargs=-1, required=True)
 @model_options(
-    "emoji-video",
-    "'emoji-video' (embedded animated emoji, 8 frames), 'random-video' (random weights), or cosmos:DIR.",
+    DEFAULT_VIDEO_MODEL,
+    "'emoji-names-video' (embedded animated emoji of the curated names, 8 frames), 'emoji-video' (animated "
+    "emoji of four art sets), 'random-video' (random weights), or cosmos:DIR.",
 )
 @decoding_options("scd-gs+copy", "32")  # fastest lossless on the embedded clip model (benchmarks/video-emoji)
 @click.option(

@@ -105,7 +105,7 @@ def load_table(path: Path) -> dict:
 def table_folders() -> list[Path]:
     """Where tables are looked for: the package's weights (shipped tables) and ``steps/`` in the
     calibration cache's folder (``jacobigen bench --steps`` tables of other checkpoints)."""
-    return [WEIGHTS, WEIGHTS / "names", WEIGHTS / "video", cache_file().parent / "steps"]
+    return [WEIGHTS, WEIGHTS / "names", WEIGHTS / "video", WEIGHTS / "names-video", cache_file().parent / "steps"]
 
 
 _seen: dict[tuple, dict | None] = {}  # (path, mtime, size) -> parsed table (None: not a table)

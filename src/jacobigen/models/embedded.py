@@ -48,6 +48,10 @@ NAMES_SAMPLING = {"cfg": 1.0, "temperature": 0.5, "top_k": 50}
 # SCD's Cosmos runs): top-k 200's tail lets each frame drift from the last, and the drift compounds
 # over eight frames. At 0.8 this small model left 7 of 16 clips blank (under 2% ink in frame 1), 0.9 one.
 VIDEO_SAMPLING = {"cfg": 3.0, "temperature": 1.0, "top_p": 0.9}
+# The clip model of the curated names (emoji-names-video): at cfg 1 its first frame often misses the name
+# (2 of 4 "red heart drifting left" clips blank), cfg 3 at temperature 0.3 draws a heart in 4 of 4 seeds,
+# each moving left (training/README.md, "Clips of the curated names").
+NAMES_VIDEO_SAMPLING = {"cfg": 3.0, "temperature": 0.3, "top_k": 50}
 _WORD = re.compile(r"[^\W_]+")
 
 
