@@ -228,6 +228,32 @@ def video_models() -> str:
     return md_table(cols, cells) + f"\nThe plain loop took {plain} per clip, in the same process as each run's rows.\n"
 
 
+def video_names() -> str:
+    """The clip model of the curated names (`benchmarks/video-names/`), beside `emoji-video`'s run at
+    its own sampling: step compression before and after the default clip model changed."""
+    d, before = load("video-names/bench.json"), rows_by_key("video-emoji/still-top-p/bench.json")
+    cols = ["method", "window", "forwards per clip", "step compression", "latency vs fastest baseline",
+            "1-token iterations", "`emoji-video` (before): step compression"]  # fmt: skip
+    cells = [
+        [
+            f"`{r['method']}`",
+            window(r),
+            f"{r['nfe']:.1f}",
+            x(r["step_compression"]),
+            x(r["latency_speedup"]),
+            f"{r['single_token_share']:.0%}",
+            x(before[(r["method"], r["window"])]["step_compression"]),
+        ]
+        for r in d["rows"]
+        if r["method"] not in BASELINES
+    ]
+    b = d["baseline"]
+    return md_table(cols, cells) + (
+        f"\n{d['model']} in {d['dtype']}; fastest baseline `{b['wall']}`, {b['wall_seconds']:.1f} s per clip, in the"
+        " same process.\n"
+    )
+
+
 def h200_forward() -> str:
     step = load("gpu/h200-step/measure.json")["forward"]
     old = {p["block"]: p["median_s"] * 1000 for p in load("gpu/h200/measure.json")["cost_curve"]["points"]}
@@ -506,6 +532,7 @@ TABLES = {
     "throughput": throughput,
     "throughput-lean-step": lambda: throughput("lean-step"),
     "video-models": video_models,
+    "video-names": video_names,
     "h200-forward": h200_forward,
     "h200-lumina": h200_lumina,
     "h200-embedded": h200_embedded,

@@ -4,7 +4,7 @@
   package (``src/jacobigen/weights/``); they are served as ``assets/benchmarks/...`` and
   ``assets/weights/...`` instead of being copied into ``docs/``.
 - The embedded models' cards (``src/jacobigen/weights/**/MODEL_CARD.md``) are pages
-  ``model-card.md`` and ``video-model-card.md``.
+  ``model-card.md``, ``video-model-card.md`` and ``names-video-model-card.md``.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ FIGURES = (".png", ".gif", ".svg", ".jpg")
 CARDS = {
     "model-card.md": ROOT / "src" / "jacobigen" / "weights" / "MODEL_CARD.md",
     "video-model-card.md": ROOT / "src" / "jacobigen" / "weights" / "video" / "MODEL_CARD.md",
+    "names-video-model-card.md": ROOT / "src" / "jacobigen" / "weights" / "names-video" / "MODEL_CARD.md",
 }
 
 

@@ -60,6 +60,7 @@ def test_every_shipped_file_matches_its_manifest():
 
     manifest = json.loads((WEIGHTS / "manifest.json").read_text())
     assert {"ar.safetensors", "video/ar.safetensors", "names/ar.safetensors", "names/names.json"} <= manifest.keys()
+    assert {"names-video/ar.safetensors", "names-video/words.json"} <= manifest.keys()
     for name, entry in manifest.items():
         assert hashlib.sha256((WEIGHTS / name).read_bytes()).hexdigest() == entry["sha256"], name
 

@@ -83,3 +83,28 @@ def test_the_shipped_model_makes_eight_frame_clips():
     ar, _ = one.generate("red heart bouncing", method="ar", top_k=1, window=1)
     gen, frames = one.generate("red heart bouncing", method="scd-gs", top_k=1, window=64)
     assert torch.equal(gen.tokens, ar.tokens) and len(frames[0]) == 1 and frames[0][0].size == (64, 64)
+
+
+def test_the_names_clip_model_is_generate_videos_default_and_reads_the_motion():
+    """emoji-names-video (weights/names-video/) reads every caption word, motion words included, and
+    samples at its own settings."""
+    from jacobigen.cli import video
+
+    pipe = load_bundle(video.DEFAULT_VIDEO_MODEL, device="cpu", dtype="float32")
+    assert pipe.name == "emoji-names-video" and pipe.defaults == E.NAMES_VIDEO_SAMPLING
+    assert pipe.layout.frames == 8 and pipe.prompt_note("red heart drifting left") is None
+    left, right = (pipe.encode([f"red heart drifting {way}"]).cond[0] for way in ("left", "right"))
+    assert left[:-2] == right[:-2] and left[-2] != right[-2]  # [..., direction, BOI]
+
+
+@pytest.mark.slow
+def test_the_readmes_video_example_moves_the_heart_left():
+    """Issue 60's must-show, kept: "red heart drifting left" at the model's own sampling moves the
+    ink at least one code left (more than across) in at least 3 of seeds 0-3 (4 of 4 when shipped,
+    in float32 and in bfloat16; the model card shows the frames)."""
+    import clip_motion
+
+    pipe = load_bundle("emoji-names-video", device="cpu", dtype="float32")
+    _, clips = pipe.generate(["red heart drifting left"] * 4, method="scd-gs+copy", window=32, seed=[0, 1, 2, 3])
+    paths = [[clip_motion.centroid(np.asarray(f.convert("RGB"))) for f in clip] for clip in clips]
+    assert sum(clip_motion.moved(p, "left") for p in paths) >= 3, paths

@@ -47,7 +47,7 @@ SAMPLING_OPTIONS = [
         type=click.IntRange(min=1),
         default=None,
         help="Sample among the K most likely image ids. Default: the model's own (50 for the "
-        "default, emoji-names; 200 for emoji; all for emoji-video and random).",
+        "default, emoji-names, and for emoji-names-video; 200 for emoji; all for emoji-video and random).",
     ),
     click.option(
         "--top-p",

@@ -7,7 +7,6 @@ from pathlib import Path
 
 import click
 
-from ..models.load import DEFAULT_VIDEO_MODEL
 from ..tools.files import atomic_write
 from .group import BadInput, main
 from .options import Decoding, ModelChoice, decoding_options, model_options
@@ -17,6 +16,7 @@ from .report import check_outputs, image_grid, report
 CLIP_FORMATS = {".gif": "GIF", ".png": "PNG", ".apng": "PNG", ".webp": "WEBP"}  # animated, by Pillow
 MAX_CLIPS = 64  # clips in one --out file (tiled per frame)
 MAX_SIZE = 4096  # --size, pixels per clip
+DEFAULT_VIDEO_MODEL = "emoji-names-video"  # one of models.load.VIDEO_MODELS; a name, so the CLI starts without torch
 
 
 @main.command("generate-video")

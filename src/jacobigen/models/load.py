@@ -40,12 +40,11 @@ DEFAULT_MODEL = "emoji-names"
 EMBEDDED = {"default": MODELS[DEFAULT_MODEL], **MODELS}
 # The shipped clip models by --model name: (folder, recommended sampling). `emoji-names-video`, from
 # emoji-names and trained on clips of its curated names, draws the name doing the named motion (issue 60)
-# and is generate-video's default; `emoji-video`, from `emoji`, the varied case.
+# and is generate-video's default (cli/video.py); `emoji-video`, from `emoji`, the varied case.
 VIDEO_MODELS = {
     "emoji-names-video": (WEIGHTS / "names-video", E.NAMES_VIDEO_SAMPLING),
     "emoji-video": (WEIGHTS / "video", E.VIDEO_SAMPLING),
 }
-DEFAULT_VIDEO_MODEL = "emoji-names-video"
 
 
 def emoji_export(weights: Path, device: str, what: str, extra_ids: int = 0, dtype: torch.dtype = EMBEDDED_DTYPE):
