@@ -192,7 +192,7 @@ def test_a_clip_is_planned_before_loading(tmp_path):
     res = CliRunner(env={"JACOBIGEN_DEVICE_MEMORY": "2GiB"}).invoke(
         main, ["generate-video", "sun", "--dry-run", "--out", str(out)]
     )
-    assert res.exit_code == 0 and "memory plan: emoji-video on" in res.output and not out.exists()
+    assert res.exit_code == 0 and "memory plan: emoji-names-video on" in res.output and not out.exists()
 
 
 def test_plan_command_prints_the_table_of_shapes():
