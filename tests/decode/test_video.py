@@ -352,8 +352,8 @@ class CountingVerifier(Verifier):
 
     accepted = 0
 
-    def verify(self, p, window, m, positions, draws, tree=None):
-        k, nxt, path = super().verify(p, window, m, positions, draws, tree)
+    def verify(self, p, window, m, positions, draws, tree=None, support=None):
+        k, nxt, path = super().verify(p, window, m, positions, draws, tree, support)
         source, w = CountingCopy.source, window.tokens.shape[1]
         if source is not None and source.shape == window.tokens.shape:
             depth = torch.arange(1, w + 1)

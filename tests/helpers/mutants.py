@@ -91,7 +91,7 @@ class PeekingTree(Verifier):
 
     budget = 2
 
-    def verify(self, p, window, m, positions, draws, tree=None):
+    def verify(self, p, window, m, positions, draws, tree=None, support=None):
         if tree is not None:
             uni, v = tree.universe, p.shape[-1]
             at = torch.where(uni.parent >= 0, tree.index.gather(1, uni.parent.clamp(min=0).expand(p.shape[0], -1)), 0)
@@ -108,7 +108,7 @@ class PeekingTree(Verifier):
             best = torch.where(uni.spine, float("-inf"), scores).topk(self.budget, 1).values[:, -1:]
             keep = uni.spine | ((scores >= best) & (scores > float("-inf")))
             tree = TreeNodes(uni, torch.where(keep, tree.index, -1), tree.spine, tree.ranks)
-        return super().verify(p, window, m, positions, draws, tree)
+        return super().verify(p, window, m, positions, draws, tree, support)
 
 
 class CopyWithBaseQ(Copy):

@@ -47,6 +47,17 @@ class Draws:
         shape = (-1,) + (1,) * positions.dim()
         return rng.gumbel(rng.Stream.GUMBEL, self.seeds.view(shape), positions[..., None], self.lo + columns)
 
+    def choose(self, probs: torch.Tensor, positions: torch.Tensor, support: torch.Tensor | None = None) -> torch.Tensor:
+        """Model ids drawn from tables ``probs`` [B, ..., width] by Gumbel-max with the noise fixed per
+        (seed, position, id): ``argmax(log p + g)``, a function of the seed and p alone, whatever the
+        order of computation, the window or the batch (docs/DESIGN.md §10). ``support`` [B, ..., K]:
+        columns outside which p is zero (the argmax runs over them alone; the same id either way)."""
+        if support is None:
+            columns = torch.arange(probs.shape[-1], device=probs.device)
+            return (probs.log() + self.shared_gumbel(positions, columns)).argmax(-1) + self.lo
+        keys = probs.gather(-1, support).log() + self.shared_gumbel(positions, support)
+        return support.gather(-1, keys.argmax(-1, keepdim=True)).squeeze(-1) + self.lo
+
     def sample(
         self, probs: torch.Tensor, positions: torch.Tensor, stream: torch.Tensor | int, *extra: torch.Tensor | int
     ) -> torch.Tensor:

@@ -1,4 +1,5 @@
-"""Batch-invariant linear layers: a row's output never depends on which rows share its matmul.
+"""Batch- and block-invariant kernels: a row's output never depends on which rows share its matmul,
+nor a query's attention on how many queries share its block or how many cache slots lie behind it.
 
 A shared forward runs every sequence of a batch through one matrix product per layer. Matrix
 kernels pick their blocking, and with it the order of each dot product's additions, by the row
@@ -21,6 +22,13 @@ measuring it once (:func:`plan`):
 the same rows in one large product, bit for bit. It is evidence, not proof: a kernel could switch
 paths at a count it did not try; the batch-invariance tests decode every preset alone and batched
 on top of it.
+
+Attention (:func:`attention`) has a second dependence: torch's fused CPU kernel splits the queries
+and the keys into blocks by their counts, so a query's output changed (float32 and bfloat16, torch
+2.13, AMD EPYC) with the number of queries in its call (1-3 against 4 or more, and 33 against 32)
+and with the cache's capacity, masked slots included. A Jacobi block and ``ar``'s single token then
+see the same prefix through different sums. Inside :func:`row_invariant_kernels` attention runs by
+:func:`attention`: keys padded to a multiple of ``KEYS`` and queries in calls of a measured shape.
 """
 
 from __future__ import annotations
@@ -103,6 +111,73 @@ def _same(p: Plan, x, weight, full, m: int, at: int) -> bool:
 
 _active = threading.local()
 
+QUERIES = 32  # queries per attention call: the fused kernel's own query block below 192 queries
+KEYS = 512  # keys are padded to a multiple of this: its key block from 512 keys on
+
+
+def active() -> bool:
+    """Whether this thread is inside :func:`row_invariant_kernels`."""
+    return getattr(_active, "on", False)
+
+
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torch.Tensor) -> torch.Tensor:
+    """``scaled_dot_product_attention`` of q [R, H, T, D] over k, v [R, H, C, D] with the additive
+    ``attn_mask`` [R, 1, T, C], in calls of one shape whatever T and C: keys padded to a multiple of
+    ``KEYS`` (masked: a fully masked key block adds exact zeros), queries in calls of at most
+    ``QUERIES``, each padded to this machine's :func:`query_floor`. A query's output is then the same
+    bits alone, in any block and behind any capacity. A padded query sees every slot (a row of -inf
+    only would be NaN), and is dropped."""
+    c, mask = k.shape[-2], attn_mask
+    if c % KEYS:
+        k, v = F.pad(k, (0, 0, 0, -c % KEYS)), F.pad(v, (0, 0, 0, -c % KEYS))
+        mask = F.pad(mask, (0, -c % KEYS), value=float("-inf"))
+    floor = query_floor(q.dtype, q.shape[-1], q.device)
+    out = []
+    for a, m in zip(q.split(QUERIES, -2), mask.split(QUERIES, -2), strict=True):
+        n = a.shape[-2]
+        if n < floor:
+            a, m = F.pad(a, (0, 0, 0, floor - n)), F.pad(m, (0, 0, 0, floor - n))
+        out.append(F.scaled_dot_product_attention(a, k, v, attn_mask=m)[..., :n, :])
+    return torch.cat(out, -2) if len(out) > 1 else out[0]
+
+
+_floors: dict[tuple, int] = {}
+
+
+def query_floor(dtype: torch.dtype, head_dim: int, device: torch.device) -> int:
+    """The fewest queries per attention call from which a query's output no longer depends on how
+    many share the call (measured once per dtype, head size, device and thread count, as
+    :func:`plan` measures the linear layers): 4 in float32 on an AMD EPYC, 1 in bfloat16 at head
+    size 32-64. ``QUERIES`` (every call one shape) when no smaller floor holds."""
+    key = (dtype, head_dim, device, torch.get_num_threads())
+    if key not in _floors:
+        with _lock:
+            if key not in _floors:
+                _floors[key] = _measure_floor(dtype, head_dim, device)
+    return _floors[key]
+
+
+def _measure_floor(dtype: torch.dtype, head_dim: int, device: torch.device) -> int:
+    gen = torch.Generator(device="cpu").manual_seed(0)
+    q, k, v = (torch.randn(2, 2, n, head_dim, generator=gen).to(device, dtype) for n in (QUERIES, KEYS, KEYS))
+    visible = torch.arange(KEYS, device=device) < KEYS // 2 + torch.arange(QUERIES, device=device)[:, None]
+    mask = torch.where(visible, 0.0, float("-inf")).to(dtype).expand(2, 1, -1, -1)
+    with torch.inference_mode():
+        full = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        for floor in (1, 2, 4, 8, 16):
+            if all(
+                torch.equal(
+                    F.scaled_dot_product_attention(
+                        q[:, :, at : at + max(n, floor)], k, v, attn_mask=mask[:, :, at : at + max(n, floor)]
+                    )[:, :, :n],
+                    full[:, :, at : at + n],
+                )
+                for n, at in _PROBES
+                if at + max(n, floor) <= QUERIES
+            ):
+                return floor
+    return QUERIES
+
 
 @contextmanager
 def row_invariant_kernels() -> Iterator[None]:
@@ -134,7 +209,7 @@ def install(model) -> bool:
 
 
 def _forward(layer: torch.nn.Linear, input: torch.Tensor) -> torch.Tensor:
-    if getattr(_active, "on", False):
+    if active():
         p: Plan | None = layer._jacobigen_plan  # type: ignore[assignment]
         if p is None:
             raise RuntimeError(

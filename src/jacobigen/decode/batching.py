@@ -22,6 +22,7 @@ import torch
 
 from ..core.cache import cache_slots
 from ..core.errors import ConfigError
+from ..core.invariant import KEYS
 from ..core.limits import batch_that_fits
 from ..core.stats import DecodeStats
 from .engine import Engine, Flight, model_rows
@@ -110,9 +111,12 @@ def model_prefixes(model, layout, prefixes: list[list[int]]) -> list[list[int]]:
 def capacity(engine: Engine, longest: int) -> int:
     """Cache slots per row for prompt rows of at most ``longest`` tokens (header included). When
     deterministic, the slots of the longest prompt the model takes, whatever the batch holds:
-    attention's rounding depends on how many (masked) slots it reads."""
+    attention's rounding depends on how many (masked) slots it reads, so they are also rounded up to
+    the attention's key block (:data:`jacobigen.core.invariant.KEYS`): the same slots for every window."""
     if engine.deterministic:
         longest = engine.model.max_seq_len - engine.layout.length
+        slots = cache_slots(longest, engine.layout.length, engine.schedule.block_slack)
+        return -(-slots // KEYS) * KEYS
     return cache_slots(longest, engine.layout.length, engine.schedule.block_slack)
 
 

@@ -277,6 +277,8 @@ class Engine:
             )
         cache.commit(None, base)
         zero = torch.zeros(seeds.shape[0], 1, dtype=torch.int64, device=self.device)
+        # the first token comes from the prefill every method shares: one inverse-CDF draw, the same
+        # token under every method (ar's later tokens are Gumbel-max: parts.verifiers)
         p0 = self.targets_of(last, zero)[:, 0]
         return Draws(seeds, torch.zeros_like(seeds), self.targets_of.span[0]).sample(p0, zero[:, 0], Stream.SAMPLE)
 
@@ -331,7 +333,14 @@ class Engine:
         seg = sched.segments(fl, slots, tokens, q, drafting, fl.draws)
         block = sched.block(fl, seg, cache)
         p, support = self.targets_of.with_support(self.forward(fl, block, cache), block.node_pos + 1)
+        judged = parts.verifier.targets(p, support, block.node_pos + 1, fl.draws)
         k, nxt, path = parts.verifier.verify(
-            p.view(-1, seg.size, p.shape[-1]), seg.window, block.m, block.depth_pos, seg.draws, block.tree
+            judged.view(-1, seg.size, p.shape[-1]),
+            seg.window,
+            block.m,
+            block.depth_pos,
+            seg.draws,
+            block.tree,
+            None if support is None else support.view(-1, seg.size, support.shape[-1]),
         )
         return sched.commit(fl, seg, block, p, support, k, nxt, path, cache)

@@ -21,6 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..core import invariant
 from ..core.cache import KVCache
 from ..core.errors import ConfigError, WeightsError
 
@@ -129,16 +130,21 @@ class HeadNorm(nn.Module):
 def attend(q, k, v, mask, causal: bool):
     """SDPA with grouped-query heads. With a mask, each key/value head attends for its group of query
     heads stacked along the token axis (the mask repeated to match), so the cache is never copied per
-    query head; a mask-free forward has no cache, and repeating its block's keys is cheap."""
+    query head; a mask-free forward has no cache, and repeating its block's keys is cheap. Inside
+    :func:`jacobigen.core.invariant.row_invariant_kernels` a query's output does not depend on its
+    block nor on the cache's capacity."""
     r, h, t, d = q.shape
     group = h // k.shape[1]
-    if group == 1:
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal)
     if mask is None:
-        k, v = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
+        if group > 1:
+            k, v = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
         return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    # deterministic decoding: one call shape whatever the block and the cache (core.invariant)
+    sdpa = invariant.attention if invariant.active() else F.scaled_dot_product_attention
+    if group == 1:
+        return sdpa(q, k, v, attn_mask=mask)
     mask = mask[:, :, None].expand(-1, -1, group, -1, -1).reshape(mask.shape[0], 1, group * t, mask.shape[-1])
-    y = F.scaled_dot_product_attention(q.reshape(r, k.shape[1], group * t, d), k, v, attn_mask=mask)
+    y = sdpa(q.reshape(r, k.shape[1], group * t, d), k, v, attn_mask=mask)
     return y.view(r, h, t, d)
 
 

@@ -120,16 +120,12 @@ class GumbelShared(CouplingStrength):
 
     def draft(self, slots, draws):
         p = slots.belief
+        shared = draws.choose(p, slots.positions, slots.support)
         if slots.support is None:  # every slot may share, prior or not
-            columns = torch.arange(p.shape[-1], device=p.device)
-            shared = (p.log() + draws.shared_gumbel(slots.positions, columns)).argmax(-1) + draws.lo
             if self.alpha == 1:
                 return shared, p
             sharing = torch.ones_like(slots.has_belief)
         else:
-            columns = slots.support
-            keys = p.gather(-1, columns).log() + draws.shared_gumbel(slots.positions, columns)
-            shared = columns.gather(-1, keys.argmax(-1, keepdim=True)).squeeze(-1) + draws.lo
             sharing = slots.has_belief
         return torch.where(
             self.coupled(slots, draws, sharing), shared, draws.sample(p, slots.positions, Stream.DRAFT)

@@ -6,6 +6,12 @@ after a rejection the target becomes the residual and the rejected candidate lea
 runs along the chain with the vectorised first-rejection rule. The first depth where nothing passes
 gets a draw from the residual; if everything passed, a bonus draw from the next target. Relaxed
 (lossy) verifiers change only :meth:`Verifier.accept` and :meth:`Verifier.residual`.
+
+:class:`SameAsAr` (``invariant``) changes only the targets it is handed: each becomes the point mass
+at ``ar``'s own choice there, ``argmax(log p + g)`` with the Gumbel noise fixed per (seed, position,
+id) (:meth:`Draws.choose`). Rejection sampling against a point mass keeps a draft iff it is that
+token, and its residual is the point mass again, so the same walk (chain, tree, rows) commits
+exactly ``ar``'s tokens for the seed, whatever drafted them (docs/DESIGN.md §10).
 """
 
 from __future__ import annotations
@@ -61,6 +67,14 @@ class Verifier:
         """Called once per decoder with the model, layout and token latents (relaxed verifiers look up
         neighbours)."""
 
+    def targets(
+        self, p: torch.Tensor, support: torch.Tensor | None, positions: torch.Tensor, draws: Draws
+    ) -> torch.Tensor:
+        """What :meth:`verify` tests against, from the forward's targets p [B, N, V] (``support``
+        [B, N, K] or None: columns outside which p is zero; ``positions`` [B, N]: the position each
+        target is for): p itself, exact rejection sampling's target."""
+        return p
+
     def accept(self, p: torch.Tensor, q: torch.Tensor, d: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
         """Which drafts d [...] ~ q [..., V] pass under target p [..., V] with uniforms u [...]; d
         holds table columns (:meth:`Draws.local`), as in :meth:`residual`."""
@@ -78,8 +92,10 @@ class Verifier:
         positions: torch.Tensor,
         draws: Draws,
         tree: TreeNodes | None = None,
+        support: torch.Tensor | None = None,
     ):
-        """p [B, size, V]: target for the depth after each block node. m [B]: spine depths that
+        """p [B, size, V]: target for the depth after each block node (``support`` [B, size, K]:
+        columns outside which it is zero, or None). m [B]: spine depths that
         may be accepted (inside the image and on the spine). positions [B, W+1]: position of
         depths 1..W+1. Block nodes 0..W_r are the root and the spine drafts; ``tree`` (the block's
         ``ForwardBlock.tree``, None: a chain) says which candidates' nodes follow, and where.
@@ -88,9 +104,10 @@ class Verifier:
         k+1 entries are the root and the accepted nodes).
         """
         b, w = window.tokens.shape
-        if w == 0:  # window 1 (plain AR): nothing to check, sample the next token
+        if w == 0:  # window 1 (plain AR): nothing to check, sample the next token by Gumbel-max
             zero = torch.zeros(b, 1, dtype=torch.int64, device=p.device)
-            return zero.view(b), draws.sample(p.select(1, 0), positions.select(1, 0), Stream.SAMPLE), zero
+            top = None if support is None else support.select(1, 0)
+            return zero.view(b), draws.choose(p.select(1, 0), positions.select(1, 0), top), zero
         if tree is None:
             return self._chain(p, window, m, positions, draws)
         uni, depth = tree.universe, tree.universe.levels
@@ -178,3 +195,22 @@ class Verifier:
             if r + 1 < cand.shape[1]:
                 q = torch.where(rej, without(q, c), q)
         return target, chosen
+
+
+@register(
+    "invariant",
+    "verifier",
+    "same seed, same tokens as ar: a draft passes iff it is ar's Gumbel-max choice there (drafter-invariant)",
+)
+class SameAsAr(Verifier):
+    """The drafter-invariant verifier (Daliri, Musco and Suresh 2024; docs/DESIGN.md §10): every
+    target becomes the point mass at ``argmax(log p + g)``, the token ``ar`` itself samples there
+    with the same seed, and the exact walk above runs on those. Its acceptance is at least
+    (1 - TV) / (1 + TV) for a Gumbel-shared draft (``scd-gs``), against 1 - TV under rejection
+    sampling; a draft drawn independently of g passes about sum(p q)."""
+
+    name = "invariant"
+
+    def targets(self, p, support, positions, draws):
+        chosen = draws.local(draws.choose(p, positions, support))
+        return torch.zeros_like(p).scatter_(-1, chosen[..., None], 1.0)
