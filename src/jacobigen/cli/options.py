@@ -143,6 +143,7 @@ class Decoding:
     window_given: bool = False  # --window on the command line, not its default
     deterministic: bool = False  # --deterministic: tokens bit-identical in any batch (row-invariant kernels)
     cuda_graphs: bool = True  # --no-cuda-graphs: forwards run eagerly on CUDA too
+    same_as_ar: bool = False  # --same-as-ar: the invariant verifier, ar's own tokens for the seed
 
     def seeds(self, n: int) -> list[int]:
         """The seeds of ``n`` images (image i gets seed + i), checked before any work."""
@@ -153,7 +154,7 @@ class Decoding:
 
     def check_method(self) -> None:
         """The method and its options, built once before the model loads (their parts check them)."""
-        from ..decode.methods import get_method
+        from ..decode.methods import get_method, same_as_ar
 
         if self.method == "auto" or self.window is None:
             from ..decode.auto import WINDOWS, candidates
@@ -171,6 +172,11 @@ class Decoding:
                     param_hint="--option",
                 )
         spec = get_method(self.method)
+        if self.same_as_ar:
+            try:
+                same_as_ar(spec)
+            except ConfigError as e:
+                raise click.BadParameter(str(e), param_hint="--same-as-ar") from e
         if spec.window is not None and self.window_given and self.window not in (None, spec.window):
             raise click.BadParameter(
                 f"{spec.name} always runs window {spec.window}: --window {self.window} would be ignored",
@@ -229,6 +235,7 @@ class Decoding:
             progress=self.progress,
             deterministic=self.deterministic,
             cuda_graphs=self.cuda_graphs,
+            same_as_ar=self.same_as_ar,
             **self.options,
             **self.sampling,
             **more,
@@ -357,6 +364,13 @@ def decoding_options(method: str = "auto", window: str = "auto"):
             "a draw within rounding of a boundary may differ with the batch.",
         ),
         click.option(
+            "--same-as-ar",
+            is_flag=True,
+            help="Verify with the invariant verifier: the same seed commits exactly --method ar's tokens, "
+            "whatever the method and window (bit for bit with --deterministic; docs/cli.md gives the price in "
+            "forwards). Lossless methods only.",
+        ),
+        click.option(
             "--cuda-graphs/--no-cuda-graphs",
             default=True,
             show_default=True,
@@ -379,6 +393,7 @@ def decoding_options(method: str = "auto", window: str = "auto"):
                 progress=kw.pop("progress"),
                 deterministic=kw.pop("deterministic"),
                 cuda_graphs=kw.pop("cuda_graphs"),
+                same_as_ar=kw.pop("same_as_ar"),
                 window_given=click.get_current_context().get_parameter_source("window") is not ParameterSource.DEFAULT,
             )
         }

@@ -86,6 +86,7 @@ def report(bundle, gen, texts, seeds, decoding: Decoding, out: Path, trace: bool
     weights = f"; weights {s.quantize} (the target is the quantized model)" if s.quantize else ""
     weights = weights or (f"; {s.dtype}" if s.dtype else "")
     click.echo(f"method: {gen.method.name}{spelled} ({kind}), window {window}{weights}")
+    click.echo(f"seed: {seed_text(seeds)}{same_line(gen.method, decoding.deterministic)}")
     click.echo(
         f"NFE: {s.nfe} forward passes for {len(texts)} {what}; per {what[:-3]} {per_seq:.1f} vs "
         f"{ar_nfe} for AR -> step compression {s.step_compression(ar_nfe):.2f}x"
@@ -108,6 +109,9 @@ def report(bundle, gen, texts, seeds, decoding: Decoding, out: Path, trace: bool
             "parts": gen.method.parts_text,
             "auto": _auto_record(choice) if choice is not None else None,
             "ar_nfe": ar_nfe,
+            "seeds": list(seeds),
+            "same_as_ar": is_same_as_ar(gen.method),
+            "deterministic": decoding.deterministic,
             **s.as_dict(),
         }
         atomic_write(decoding.stats_path, json.dumps(record, indent=2).encode(), "--stats")
@@ -117,6 +121,35 @@ def report(bundle, gen, texts, seeds, decoding: Decoding, out: Path, trace: bool
         titles = [f"{t} (seed {sd}): {n} passes" for t, sd, n in zip(texts, seeds, s.sequence_nfe, strict=True)]
         extras.plots().plot_acceptance(list(bundle.layout.tiled(s.when)), titles, traced)
         click.echo(f"wrote {traced}")
+
+
+def seed_text(seeds) -> str:
+    """The seeds of the images, in order: ``0`` or ``0-5`` (image i has seed + i) or a list."""
+    seeds = list(seeds)
+    if len(seeds) > 1 and seeds == list(range(seeds[0], seeds[0] + len(seeds))):
+        return f"{seeds[0]}-{seeds[-1]} (image i has seed {seeds[0]} + i)"
+    return ", ".join(map(str, seeds))
+
+
+def is_same_as_ar(method) -> bool:
+    verifier = method.part("verifier")
+    return method.window == 1 or (verifier is not None and verifier.name == "invariant")
+
+
+def same_line(method, deterministic: bool) -> str:
+    """What the same seed gives again (docs/exactness.md, "Same seed, same image")."""
+    if method.window == 1:
+        return "; --same-as-ar draws these tokens with any lossless method and window"
+    if not is_same_as_ar(method):
+        return (
+            "; the same command and seed give the same image here; another method or window draws another "
+            "sample of the same distribution (--same-as-ar: ar's own image)"
+        )
+    if deterministic:
+        return "; ar's own tokens for this seed, bit for bit, whatever the method, window or batch"
+    return (
+        "; ar's tokens for this seed wherever a block rounds as a single token does (--deterministic: bit for bit)"
+    )
 
 
 def speed_line(choice, per_image: float, what: str = "image") -> str | None:

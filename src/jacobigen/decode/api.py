@@ -19,6 +19,7 @@ from .auto import resolve
 from .engine import PER_SEQUENCE, Determinism
 from .jacobi import JacobiDecoder, Parts
 from .methods import Method, get_method
+from .methods import same_as_ar as with_invariant
 
 
 @dataclass
@@ -120,6 +121,7 @@ def generate(
     deterministic: Determinism = False,
     quantize: str | None = None,
     cuda_graphs: bool = True,
+    same_as_ar: bool = False,
     **options,
 ) -> Generation:
     """Sample image token grids for one prompt (list of ids) or a batch of prompts.
@@ -151,13 +153,18 @@ def generate(
     ``jacobigen methods``). ``method="auto"`` (the default, as the CLI's) runs the lossless method and
     window fastest on this machine by the model's step table, ``ar`` when nothing is clearly faster or
     the model has no table; ``window=None`` does the same for a named method (:mod:`jacobigen.decode.auto`).
+    ``same_as_ar=True`` verifies with the invariant verifier instead of the method's rejection sampling:
+    the same seed then commits exactly ``ar``'s tokens (bit for bit with ``deterministic=True``; in
+    float32 outside it but for near-ties of rounding), at a price in forwards (docs/api.md).
     """
     check_layout_type(layout)
     if quantize is not None:  # first: auto measures the model that will decode
         quantize_model(model, quantize)  # type: ignore[arg-type]  # a model that is no module: its ConfigError
     if method == "auto" or window is None:
         method, window = _auto(model, layout, prompt, uncond, method, window, options, temperature, top_k, top_p, cfg)
-    spec = get_method(method)
+    if not isinstance(same_as_ar, bool):
+        raise ConfigError(f"same_as_ar must be True or False, got {same_as_ar!r}")
+    spec = with_invariant(get_method(method)) if same_as_ar else get_method(method)
     window = integer("window", window, 1)
     if window > layout.length + MAX_NODES:  # before a schedule sizes anything by it
         raise ConfigError(

@@ -166,6 +166,22 @@ def get_method(name: str) -> Method:
     return _BY_PARTS.get(spelling) or Method(spelling, describe(parts), parts)
 
 
+def same_as_ar(method: Method) -> Method:
+    """``method`` with the invariant verifier (docs/DESIGN.md §10): the same seed then commits exactly
+    ``ar``'s tokens. ``ar`` is itself; a lossy method, or one that names another verifier, has no
+    such variant."""
+    if method.window == 1:
+        return method
+    verifier = method.part("verifier")
+    if not method.lossless or verifier is None or verifier.name not in (LEFT_OUT["verifier"], "invariant"):
+        raise ConfigError(
+            f"same_as_ar needs a lossless method verified by rejection sampling; {method.name!r} is "
+            f"{'lossy' if not method.lossless else 'verified by ' + repr(verifier and verifier.name)}: its tokens "
+            "are not ar's"
+        )
+    return get_method("+".join(p.name for p in method.parts if p.kind != "verifier") + "+invariant")
+
+
 @dataclass(frozen=True)
 class Variant:
     """A method with options, named ``name[key=value,...]`` (e.g. ``sjd-pac[tree_budget=full]``) so
