@@ -522,7 +522,52 @@ def names_default() -> str:
     return md_table(cols, cells) + f"\nLatency is against the faster of `ar` and the plain loop ({note}).\n"
 
 
+SAME_AS_AR = {"emoji": "emoji", "emoji-names": "names", "emoji-names-video": "video-names"}
+ALIASES = {"scd-mc+pac": "sjd-pac", "sjd+vp": "sjd-vp"}  # a preset's parts without the verifier -> its name
+
+
+def same_as_ar_price() -> str:
+    """`benchmarks/same-as-ar/*/bench.json`: each lossless preset as the papers verify it (rejection
+    sampling) and with the invariant verifier (`--same-as-ar`), step compression and latency against
+    the fastest baseline, side by side (issue 68's price table)."""
+    cols = ["model (dtype, images per row)", "preset", "window", "step compression: papers", "`--same-as-ar`",
+            "change", "latency: papers", "`--same-as-ar`"]  # fmt: skip
+    cells = []
+    for model, folder in SAME_AS_AR.items():
+        d = load(f"same-as-ar/{folder}/bench.json")
+        rows = {(r["method"], r["window"]): r for r in d["rows"]}
+        label = f"`{model}` ({d.get('dtype', 'float32')}, {len(d['prompts']) * d['seeds']})"
+        for (method, w), inv in rows.items():
+            if not method.endswith("+invariant"):
+                continue
+            base = method.removesuffix("+invariant")
+            mrs = rows.get((ALIASES.get(base, base), w))
+            if mrs is None:
+                continue
+            change = inv["step_compression"] / mrs["step_compression"] - 1
+            cells.append([label, f"`{ALIASES.get(base, base)}`", str(w), x(mrs["step_compression"]),
+                          x(inv["step_compression"]), f"{100 * change:+.0f}%", x(mrs["latency_speedup"]),
+                          x(inv["latency_speedup"])])  # fmt: skip
+    return md_table(cols, cells) + "\nLatency is against the fastest of `ar` and the plain loops, one thread.\n"
+
+
+def same_as_ar_equality() -> str:
+    """`benchmarks/same-as-ar/equality.json`: how often `--same-as-ar` left `ar`'s tokens, by dtype and mode."""
+    d = load("same-as-ar/equality.json")
+    cols = ["dtype", "mode", "preset", "window", "images differing", "first differences per 10^5 tokens",
+            "step compression", "seconds (preset / `ar`)"]  # fmt: skip
+    cells = [
+        [r["dtype"], "deterministic" if r["deterministic"] else "default", f"`{r['method']}`", str(r["window"]),
+         f"{r['images_differing']} of {r['images']}", f"{r['first_differences_per_1e5_tokens']:.0f}",
+         x(r["step_compression"]), f"{r['seconds']:.0f} / {r['ar_seconds']:.0f}"]
+        for r in d["rows"]
+    ]  # fmt: skip
+    return md_table(cols, cells)
+
+
 TABLES = {
+    "same-as-ar-price": same_as_ar_price,
+    "same-as-ar-equality": same_as_ar_equality,
     "every-method": every_method,
     "auto-1": lambda: auto_choice(1),
     "auto-2": lambda: auto_choice(2),

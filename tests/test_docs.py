@@ -92,12 +92,21 @@ def test_no_page_says_the_tests_prove_exactness():
 
 # --- results that match the code --------------------------------------------------------------
 
-TOKEN_CHANGE = re.compile(r"\(commit `([0-9a-f]{7,40})`\)")
+TOKEN_CHANGE = re.compile(r"\(commit `([0-9a-f]{7,40})`(, `ar`'s tokens only)?\)")
+# a result that compares a method's images with ar's own (FID against ar): what an ar-only change moves
+AR_IMAGES = '"fid_vs_ar"'
 
 
 def token_changes(page: str) -> list[str]:
     """The commits that changed tokens for a seed: the changes page marks each as (commit `abc1234`)."""
-    return TOKEN_CHANGE.findall(page)
+    return [c for c, _ in TOKEN_CHANGE.findall(page)]
+
+
+def ar_only_changes(page: str) -> set[str]:
+    """Those that changed ``ar``'s tokens alone, marked (commit `abc1234`, `ar`'s tokens only): every
+    other method's tokens, every forward count and time stay, so only results that compare with
+    ``ar``'s images (:data:`AR_IMAGES`) and pictures drawn by ``ar`` must run after them."""
+    return {c for c, scope in TOKEN_CHANGE.findall(page) if scope}
 
 
 def provenance(data) -> Iterator[dict]:
@@ -121,14 +130,16 @@ def descends(repo: Path, ancestor: str, commit: str) -> bool:
     return run.returncode == 0
 
 
-def stale_results(repo: Path, results: Path, changes: list[str]) -> list[str]:
+def stale_results(repo: Path, results: Path, changes: list[str], ar_only: set[str] = frozenset()) -> list[str]:
     """Why each result file under ``results`` may not describe the code: run from uncommitted or
-    unknown code, or from a commit before one of ``changes``."""
+    unknown code, or from a commit before one of ``changes`` (one of ``ar_only`` only where the file
+    compares with ``ar``'s images)."""
     problems = []
     for path in sorted(results.rglob("*.json")):
-        name = path.relative_to(results)
-        for record in provenance(json.loads(path.read_text())):
-            problems += stale_record(repo, name, record, changes)
+        name, text = path.relative_to(results), path.read_text()
+        moved = [c for c in changes if c not in ar_only or AR_IMAGES in text]
+        for record in provenance(json.loads(text)):
+            problems += stale_record(repo, name, record, moved)
     return list(dict.fromkeys(problems))  # a bench's settings repeat its commit
 
 
@@ -157,8 +168,8 @@ def test_the_changes_page_names_the_commits_that_changed_tokens():
 def test_committed_results_ran_from_the_code_they_describe():
     if not (ROOT / ".git").exists():
         pytest.fail("the results check needs the git history: run the tests from a clone")
-    changes = token_changes((ROOT / "docs" / "changes.md").read_text())
-    problems = stale_results(ROOT, ROOT / "benchmarks", changes)
+    page = (ROOT / "docs" / "changes.md").read_text()
+    problems = stale_results(ROOT, ROOT / "benchmarks", token_changes(page), ar_only_changes(page))
     assert not problems, "stale benchmark JSON (rerun its command, see benchmarks/README.md):\n" + "\n".join(problems)
 
 
@@ -172,7 +183,8 @@ def test_the_samples_grid_ran_from_the_code_that_makes_its_tokens(grid, model):
     path = ROOT / "src" / "jacobigen" / "weights" / grid
     record = json.loads(Image.open(path).text.get("jacobigen", '{"git_commit": null}'))
     assert record.get("model") == model, f"{grid} was drawn by {record.get('model')!r}, not {model!r}"
-    changes = token_changes((ROOT / "docs" / "changes.md").read_text())
+    page = (ROOT / "docs" / "changes.md").read_text()
+    changes = [c for c in token_changes(page) if c not in ar_only_changes(page) or record.get("method") == "ar"]
     problems = stale_record(ROOT, grid, record, changes)
     assert not problems, f"remake {grid} with the README's command:\n" + "\n".join(problems)
 
@@ -287,6 +299,18 @@ def test_the_results_check_refuses_stale_json(record, complaint, tmp_path):
     (tmp_path / "fresh.json").write_text(json.dumps({"git_commit": "HEAD", "git_dirty": False}))
     problems = stale_results(ROOT, tmp_path, ["80710e0"])
     assert len(problems) == 1 and problems[0].startswith("run/bench.json") and complaint in problems[0], problems
+
+
+def test_a_change_of_ars_tokens_only_stales_the_results_that_compare_with_ars_images(tmp_path):
+    old = subprocess.run(
+        ["git", "-C", str(ROOT), "rev-parse", "80710e0^"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    (tmp_path / "speed.json").write_text(json.dumps({"git_commit": old, "git_dirty": False, "rows": [{"nfe": 3}]}))
+    (tmp_path / "fid.json").write_text(json.dumps({"git_commit": old, "git_dirty": False, "rows": [{"fid_vs_ar": 9}]}))
+    assert [p.split(":")[0] for p in stale_results(ROOT, tmp_path, ["80710e0"], {"80710e0"})] == ["fid.json"]
+    assert len(stale_results(ROOT, tmp_path, ["80710e0"])) == 2
+    page = "a (commit `1234567`) and b (commit `89abcde`, `ar`'s tokens only)"
+    assert token_changes(page) == ["1234567", "89abcde"] and ar_only_changes(page) == {"89abcde"}
 
 
 # --- what the exactness tests can see ---------------------------------------------------------

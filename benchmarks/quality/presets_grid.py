@@ -5,6 +5,9 @@ the prompt whichever preset ``auto`` picks: if one image misses, the distributio
 
     python benchmarks/quality/presets_grid.py --prompt "grinning face" --window 16 --seed 0 \\
         --temperature 0.5 --top-k 50 --out benchmarks/quality/presets-grinning-face.png
+
+``--both`` draws two rows, the papers' verifiers above and ``--same-as-ar`` below (the invariant
+verifier: every preset commits ``ar``'s own tokens for the seed; README's picture).
 """
 
 from __future__ import annotations
@@ -30,24 +33,40 @@ def main() -> None:
     ap.add_argument("--temperature", type=float)
     ap.add_argument("--top-k", type=int)
     ap.add_argument("--size", type=int, default=96)
+    ap.add_argument("--presets", help="comma-separated (default: every lossless preset)")
+    ap.add_argument("--deterministic", action="store_true")
+    ap.add_argument("--both", action="store_true", help="a row as the papers verify, and a row --same-as-ar")
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args()
     bundle = load_bundle(args.model, dtype=args.dtype)
     sampling = {k: v for k, v in (("temperature", args.temperature), ("top_k", args.top_k)) if v is not None}
-    presets = [name for name, m in METHODS.items() if m.lossless]
-    tiles = []
-    for name in presets:
-        _, images = bundle.generate(args.prompt, method=name, window=args.window, seed=args.seed, **sampling)
-        tiles.append((name, images[0].resize((args.size, args.size), Image.NEAREST)))
-    label = 14
-    sheet = Image.new("RGB", (args.size * len(tiles), args.size + label), "white")
+    presets = args.presets.split(",") if args.presets else [name for name, m in METHODS.items() if m.lossless]
+    rows = [("rejection sampling (the papers)", False), ("--same-as-ar", True)] if args.both else [("", False)]
+    label, size = 14, args.size
+    sheet = Image.new("RGB", (size * len(presets), (size + label) * len(rows) + (label if args.both else 0)), "white")
     draw = ImageDraw.Draw(sheet)
-    for i, (name, tile) in enumerate(tiles):
-        sheet.paste(tile, (i * args.size, label))
-        draw.text((i * args.size + 2, 1), name, fill="black")
+    y = 0
+    for title, same in rows:
+        if title:
+            draw.text((2, y + 1), title, fill="black")
+            y += label
+        for i, name in enumerate(presets):
+            _, images = bundle.generate(
+                args.prompt,
+                method=name,
+                window=args.window,
+                seed=args.seed,
+                same_as_ar=same,
+                deterministic=args.deterministic,
+                **sampling,
+            )
+            sheet.paste(images[0].resize((size, size), Image.NEAREST), (i * size, y + label))
+            draw.text((i * size + 2, y + 1), name, fill="black")
+        y += size + label
     args.out.parent.mkdir(parents=True, exist_ok=True)
     sheet.save(args.out)
     made = {"prompt": args.prompt, "presets": presets, "window": args.window, "seed": args.seed, **sampling}
+    made |= {"both": args.both, "deterministic": args.deterministic, "dtype": bundle.dtype}
     args.out.with_suffix(".json").write_text(json.dumps({**made, "model": args.model, **git_commit()}, indent=2))
     print(f"{args.out}: {', '.join(presets)}")
 

@@ -20,6 +20,7 @@ from tests.helpers.mutants import (
     CopyWithBaseQ,
     MinimumAcceptance,
     NarrowSupport,
+    NoiseAcrossPositions,
     PeekingTree,
     ResidualFromTarget,
     ResidualUnlessUnitMass,
@@ -251,6 +252,29 @@ def test_vp_mutant_rejected_where_fusion_moves_q(sharp):
 def test_frame_copy_is_exact(model, exact, method, window, options):
     """The copy drafter's point mass (the row above on this 2-row layout) is its exact q."""
     assert pvalue(model, exact, get_method(method).build(window, **options), True, "cfg-topp") > PASS
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "method,window,options,sampling",
+    [
+        ("scd-gs+invariant", 8, {}, "plain"),
+        ("sjd+invariant", 8, {}, "cfg-topp"),
+        ("scd-mc+pac+invariant", 6, SMALL_TREE, "topk"),
+        ("sjd+vp+invariant", 6, {}, "plain"),
+        ("scd-gs+invariant+copy", 6, {"copy_min_p": 0}, "cfg-topp"),
+        ("pjd+scd-mc+invariant", 6, {"pjd_context": 3}, "plain"),  # PJD's rows at c = C
+    ],
+)
+def test_the_invariant_verifier_is_exact(model, exact, method, window, options, sampling):
+    """Same seed, same tokens as ar (docs/DESIGN.md §10), and the distribution stays exact: ar's
+    Gumbel-max draw is (window 1 above), so its tokens, whatever drafted them, are."""
+    assert pvalue(model, exact, get_method(method).build(window, **options), True, sampling) > PASS
+
+
+@pytest.mark.slow
+def test_noise_shared_across_positions_is_rejected(model, exact):
+    assert pvalue(model, exact, Parts(Independent(), NoiseAcrossPositions(), 6)) < FAIL
 
 
 @pytest.mark.slow

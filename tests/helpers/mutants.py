@@ -10,7 +10,7 @@ import torch
 from jacobigen.core.rng import Stream
 from jacobigen.parts.drafters import Copy, Coupled, GumbelShared, Independent, VerificationPrior
 from jacobigen.parts.tree import ProactiveTree, TreeNodes
-from jacobigen.parts.verifiers import Verifier
+from jacobigen.parts.verifiers import SameAsAr, Verifier
 
 
 class ResidualFromTarget(Verifier):
@@ -135,3 +135,14 @@ def keep_full_copy() -> list:
 
     stream.Checkpoint.read = reads_and_keeps  # type: ignore[method-assign]
     return kept
+
+
+class NoiseAcrossPositions(SameAsAr):
+    """The invariant verifier with one Gumbel vector per sequence instead of one per position: each
+    token alone is an exact Gumbel-max draw, but every position reuses the same noise, so the
+    tokens of a sequence are correlated (a seed-keyed sampler that forgot the position key)."""
+
+    def targets(self, p, support, positions, draws):
+        columns = torch.arange(p.shape[-1], device=p.device)
+        chosen = (p.log() + draws.shared_gumbel(torch.zeros_like(positions), columns)).argmax(-1, keepdim=True)
+        return torch.zeros_like(p).scatter_(-1, chosen, 1.0)

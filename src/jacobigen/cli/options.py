@@ -198,6 +198,11 @@ class Decoding:
         API's own resolution, on ``prompt``'s model rows: the model's step table and this machine's
         costs, cached), and the choice (None when nothing was auto). ``kept``: the (method, window) a
         resumed job started with, kept."""
+        if self.same_as_ar and self.method == "auto":
+            from ..decode.api import SAME_AS_AR_AUTO
+
+            click.echo(f"auto: --same-as-ar runs {SAME_AS_AR_AUTO} (its drafts share ar's noise)")
+            return replace(self, method=SAME_AS_AR_AUTO).resolve(bundle, prompt, kept)
         if self.method != "auto" and self.window is not None:
             return self, None
         from ..decode.auto import resolve
