@@ -61,4 +61,10 @@ done
 step video jacobigen bench --model emoji-video --dtype float32 --methods scd-gs,scd-mc,copy+scd-gs --window 16,32,64,128 --prompts 4 --threads 1 --out "$OUT/video-emoji/still-top-p"
 step video jacobigen bench --model emoji-video --dtype float32 --methods scd-gs,scd-mc,copy+scd-gs --window 32,64,128 --prompts 2 --top-k 200 --top-p 1 --threads 1 --out "$OUT/video-emoji/still"
 step presets python benchmarks/quality/presets_grid.py --model emoji --dtype float32 --prompt "grinning face" --window 16 --seed 0 --temperature 0.5 --top-k 50 --out "$OUT/quality/presets-grinning-face.png"
+SAME=sjd,sjd+invariant,scd-mc,scd-mc+invariant,scd-gs,scd-gs+invariant,sjd-pac,scd-mc+pac+invariant,sjd-vp,sjd+vp+invariant,scd-gs+pac,scd-gs+pac+invariant,scd-mc+pac+vp,scd-mc+pac+vp+invariant
+step same-as-ar jacobigen bench --model emoji --dtype float32 --methods "$SAME" --window 16,32,64 --prompts 8 --seeds 2 --threads 1 --out "$OUT/same-as-ar/emoji"
+step same-as-ar jacobigen bench --model emoji-names --methods scd-mc,scd-mc+invariant,scd-gs,scd-gs+invariant,sjd-pac,scd-mc+pac+invariant,scd-gs+pac,scd-gs+pac+invariant --window 16,32,64 --prompts 4 --seeds 2 --threads 1 --out "$OUT/same-as-ar/names"
+step same-as-ar jacobigen bench --model emoji-names-video --methods scd-gs,scd-gs+invariant,scd-gs+copy,scd-gs+copy+invariant --window 16,32,64 --prompts 1 --threads 1 --out "$OUT/same-as-ar/video-names"
+step same-as-ar python benchmarks/same-as-ar/equality.py --out "$OUT/same-as-ar/equality.json"
+step same-as-ar python benchmarks/quality/presets_grid.py --model emoji --dtype float32 --prompt "red heart" --window 16 --seed 2 --presets ar,sjd,scd-mc,scd-gs,sjd-pac,sjd-vp --both --out "$OUT/same-as-ar/presets-red-heart.png"
 echo "done: outputs in $OUT; copy them into benchmarks/ and run python docs/gen_results.py"

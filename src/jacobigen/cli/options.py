@@ -201,7 +201,10 @@ class Decoding:
         if self.same_as_ar and self.method == "auto":
             from ..decode.api import SAME_AS_AR_AUTO
 
-            click.echo(f"auto: --same-as-ar runs {SAME_AS_AR_AUTO} (its drafts share ar's noise)")
+            click.echo(
+                f"auto: --same-as-ar runs {SAME_AS_AR_AUTO} (its drafts share ar's noise); its window and the "
+                f"prediction below come from {SAME_AS_AR_AUTO}'s figures under rejection sampling"
+            )
             return replace(self, method=SAME_AS_AR_AUTO).resolve(bundle, prompt, kept)
         if self.method != "auto" and self.window is not None:
             return self, None

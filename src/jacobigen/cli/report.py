@@ -147,9 +147,7 @@ def same_line(method, deterministic: bool) -> str:
         )
     if deterministic:
         return "; ar's own tokens for this seed, bit for bit, whatever the method, window or batch"
-    return (
-        "; ar's tokens for this seed wherever a block rounds as a single token does (--deterministic: bit for bit)"
-    )
+    return "; ar's tokens for this seed wherever a block rounds as a single token does (--deterministic: bit for bit)"
 
 
 def speed_line(choice, per_image: float, what: str = "image") -> str | None:

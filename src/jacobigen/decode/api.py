@@ -21,7 +21,6 @@ from .jacobi import JacobiDecoder, Parts
 from .methods import Method, get_method
 from .methods import same_as_ar as with_invariant
 
-
 # What ``method="auto"`` runs with ``same_as_ar``: its drafts argmax the same noise as ar's draws, so
 # they pass the invariant verifier far more often than the other drafters' (docs/exactness.md,
 # "Same seed, same image": on ``emoji``, scd-mc's drafts pass about half as often).
