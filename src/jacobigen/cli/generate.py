@@ -296,8 +296,9 @@ def _generate_folder(texts, num_images, model: ModelChoice, decoding: Decoding, 
         gen_options = dict(
             method=spec.name,
             window=window,
-            deterministic=decoding.deterministic,
+            deterministic=decoding.determinism,
             cuda_graphs=decoding.cuda_graphs,
+            same_as_ar=decoding.same_as_ar,
             **decoding.options,
             **decoding.sampling,
         )

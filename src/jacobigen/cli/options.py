@@ -141,9 +141,15 @@ class Decoding:
     stats_path: Path | None = None
     progress: bool = True
     window_given: bool = False  # --window on the command line, not its default
-    deterministic: bool = False  # --deterministic: tokens bit-identical in any batch (row-invariant kernels)
+    # --deterministic: tokens bit-identical in any batch and block (row-invariant kernels); None: as same_as_ar
+    deterministic: bool | None = None
     cuda_graphs: bool = True  # --no-cuda-graphs: forwards run eagerly on CUDA too
     same_as_ar: bool = False  # --same-as-ar: the invariant verifier, ar's own tokens for the seed
+
+    @property
+    def determinism(self) -> bool:
+        """Whether the decode runs deterministic: as asked, else with --same-as-ar (whose promise needs it)."""
+        return self.same_as_ar if self.deterministic is None else self.deterministic
 
     def seeds(self, n: int) -> list[int]:
         """The seeds of ``n`` images (image i gets seed + i), checked before any work."""
@@ -241,7 +247,7 @@ class Decoding:
             window=self.window,
             batch_size=self.batch_size,
             progress=self.progress,
-            deterministic=self.deterministic,
+            deterministic=self.determinism,
             cuda_graphs=self.cuda_graphs,
             same_as_ar=self.same_as_ar,
             **self.options,
@@ -365,18 +371,19 @@ def decoding_options(method: str = "auto", window: str = "auto"):
         ),
         click.option("--progress/--no-progress", default=True, show_default=True),
         click.option(
-            "--deterministic",
-            is_flag=True,
-            help="Each image's tokens bit-identical alone and in any batch (the batch's shared forward runs on "
+            "--deterministic/--no-deterministic",
+            default=None,
+            help="Each image's tokens bit-identical alone, in any batch and in any block (the forward runs on "
             "row-invariant kernels; docs/api.md gives the price). Without it the distribution is the same, and "
-            "a draw within rounding of a boundary may differ with the batch.",
+            "a draw within rounding of a boundary may differ with the batch. Default: on with --same-as-ar "
+            "(in bfloat16 a block rounds otherwise than a token about once per image), off otherwise.",
         ),
         click.option(
             "--same-as-ar",
             is_flag=True,
-            help="Verify with the invariant verifier: the same seed commits exactly --method ar's tokens, "
-            "whatever the method and window (bit for bit with --deterministic; docs/cli.md gives the price in "
-            "forwards). Lossless methods only.",
+            help="Verify with the invariant verifier: the same seed commits exactly --method ar --same-as-ar's "
+            "tokens, whatever the method and window (bit for bit: it turns --deterministic on unless "
+            "--no-deterministic; docs/cli.md gives the price in forwards). Lossless methods only.",
         ),
         click.option(
             "--cuda-graphs/--no-cuda-graphs",

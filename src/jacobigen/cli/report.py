@@ -86,7 +86,7 @@ def report(bundle, gen, texts, seeds, decoding: Decoding, out: Path, trace: bool
     weights = f"; weights {s.quantize} (the target is the quantized model)" if s.quantize else ""
     weights = weights or (f"; {s.dtype}" if s.dtype else "")
     click.echo(f"method: {gen.method.name}{spelled} ({kind}), window {window}{weights}")
-    click.echo(f"seed: {seed_text(seeds)}{same_line(gen.method, decoding.deterministic)}")
+    click.echo(f"seed: {seed_text(seeds)}{same_line(gen.method, decoding.determinism)}")
     click.echo(
         f"NFE: {s.nfe} forward passes for {len(texts)} {what}; per {what[:-3]} {per_seq:.1f} vs "
         f"{ar_nfe} for AR -> step compression {s.step_compression(ar_nfe):.2f}x"
@@ -111,7 +111,7 @@ def report(bundle, gen, texts, seeds, decoding: Decoding, out: Path, trace: bool
             "ar_nfe": ar_nfe,
             "seeds": list(seeds),
             "same_as_ar": is_same_as_ar(gen.method),
-            "deterministic": decoding.deterministic,
+            "deterministic": decoding.determinism,
             **s.as_dict(),
         }
         atomic_write(decoding.stats_path, json.dumps(record, indent=2).encode(), "--stats")
@@ -139,12 +139,16 @@ def is_same_as_ar(method) -> bool:
 def same_line(method, deterministic: bool) -> str:
     """What the same seed gives again (docs/exactness.md, "Same seed, same image")."""
     if method.window == 1:
-        return "; --same-as-ar draws these tokens with any lossless method and window"
+        if deterministic:
+            return "; any lossless method and window with --same-as-ar draws these tokens"
+        return "; --same-as-ar (deterministic) draws ar's tokens with any lossless method and window"
     if not is_same_as_ar(method):
         return (
             "; the same command and seed give the same image here; another method or window draws another "
             "sample of the same distribution (--same-as-ar: ar's own image)"
         )
+    if deterministic and method.part("tree"):  # a node's ancestors sit behind its siblings' slots
+        return "; ar's own tokens for this seed, bit for bit but where a tree node's attention rounds otherwise"
     if deterministic:
         return "; ar's own tokens for this seed, bit for bit, whatever the method, window or batch"
     return "; ar's tokens for this seed wherever a block rounds as a single token does (--deterministic: bit for bit)"

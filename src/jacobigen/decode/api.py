@@ -123,7 +123,7 @@ def generate(
     timing: bool = False,
     latents: torch.Tensor | None = None,
     compile: bool | str = False,
-    deterministic: Determinism = False,
+    deterministic: Determinism | None = None,
     quantize: str | None = None,
     cuda_graphs: bool = True,
     same_as_ar: bool = False,
@@ -159,8 +159,9 @@ def generate(
     window fastest on this machine by the model's step table, ``ar`` when nothing is clearly faster or
     the model has no table; ``window=None`` does the same for a named method (:mod:`jacobigen.decode.auto`).
     ``same_as_ar=True`` verifies with the invariant verifier instead of the method's rejection sampling:
-    the same seed then commits exactly ``ar``'s tokens (bit for bit with ``deterministic=True``; in
-    float32 outside it but for near-ties of rounding), at a price in forwards (docs/api.md).
+    the same seed then commits exactly ``ar``'s tokens, at a price in forwards (docs/api.md). It turns
+    ``deterministic`` on unless it is given (``deterministic=None``: ``same_as_ar``): outside it a block
+    rounds otherwise than a single token, rarely in float32 and about once per image in bfloat16.
     """
     check_layout_type(layout)
     if quantize is not None:  # first: auto measures the model that will decode
@@ -171,6 +172,8 @@ def generate(
         method, window = _auto(model, layout, prompt, uncond, method, window, options, temperature, top_k, top_p, cfg)
     if not isinstance(same_as_ar, bool):
         raise ConfigError(f"same_as_ar must be True or False, got {same_as_ar!r}")
+    if deterministic is None:
+        deterministic = same_as_ar
     spec = with_invariant(get_method(method)) if same_as_ar else get_method(method)
     window = integer("window", window, 1)
     if window > layout.length + MAX_NODES:  # before a schedule sizes anything by it
