@@ -565,8 +565,24 @@ def same_as_ar_equality() -> str:
     return md_table(cols, cells)
 
 
+def deterministic_price() -> str:
+    """`benchmarks/same-as-ar/deterministic-*/throughput.json`: images/s in deterministic mode against the
+    shared forward, per dtype, method and batch size (the price of the mode `--same-as-ar` turns on)."""
+    cols = ["dtype", "method", "batch", "images/s: shared", "deterministic", "ratio"]
+    cells = []
+    for dtype in ("float32", "bfloat16"):
+        rows = load(f"same-as-ar/deterministic-{dtype}/throughput.json")["rows"]
+        by = {(r["method"], r["batch_size"], r["mode"]): r["images_per_second"] for r in rows}
+        for (method, batch, mode), shared in by.items():
+            if mode == "shared" and (method, batch, "deterministic") in by:
+                det = by[(method, batch, "deterministic")]
+                cells.append([dtype, f"`{method}`", str(batch), f"{shared:.2f}", f"{det:.2f}", x(det / shared)])
+    return md_table(cols, cells)
+
+
 TABLES = {
     "same-as-ar-price": same_as_ar_price,
+    "deterministic-price": deterministic_price,
     "same-as-ar-equality": same_as_ar_equality,
     "every-method": every_method,
     "auto-1": lambda: auto_choice(1),
