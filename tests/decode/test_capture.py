@@ -22,7 +22,8 @@ from jacobigen.tools.bench import run_compiled_bench
 from tests.helpers.models import CODES, LAYOUT, PROMPT, UNCOND, random_model
 from tests.helpers.presets import covering
 
-FAST = ["ar", "scd-mc", "scd-gs+invariant"]  # the chain and coupling; the tree and PJD's rows (seconds each) run in the slow tier
+# the chain, coupling and the invariant verifier; the tree and PJD's rows (seconds each) run in the slow tier
+FAST = ["ar", "scd-mc", "scd-gs+invariant"]
 # and presets that meet every pair of parts (tests/helpers/presets.py), the full tree and the frame copy
 SLOW = covering([m for m in METHODS if m not in FAST]) + ["sjd-pac[tree_budget=full]", "scd-gs+copy"]
 
