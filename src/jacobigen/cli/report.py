@@ -86,7 +86,7 @@ def report(bundle, gen, texts, seeds, decoding: Decoding, out: Path, trace: bool
     weights = f"; weights {s.quantize} (the target is the quantized model)" if s.quantize else ""
     weights = weights or (f"; {s.dtype}" if s.dtype else "")
     click.echo(f"method: {gen.method.name}{spelled} ({kind}), window {window}{weights}")
-    click.echo(f"seed: {seed_text(seeds)}{same_line(gen.method, decoding.determinism)}")
+    click.echo(f"seed: {seed_text(seeds)}{same_line(gen.method, decoding.determinism, choice is not None)}")
     click.echo(
         f"NFE: {s.nfe} forward passes for {len(texts)} {what}; per {what[:-3]} {per_seq:.1f} vs "
         f"{ar_nfe} for AR -> step compression {s.step_compression(ar_nfe):.2f}x"
@@ -136,12 +136,18 @@ def is_same_as_ar(method) -> bool:
     return method.window == 1 or (verifier is not None and verifier.name == "invariant")
 
 
-def same_line(method, deterministic: bool) -> str:
-    """What the same seed gives again (docs/exactness.md, "Same seed, same image")."""
+def same_line(method, deterministic: bool, auto: bool = False) -> str:
+    """What the same seed gives again (docs/exactness.md, "Same seed, same image"); ``auto``: the
+    method was auto's choice, which follows this machine's timings."""
     if method.window == 1:
         if deterministic:
             return "; any lossless method and window with --same-as-ar draws these tokens"
         return "; --same-as-ar (deterministic) draws ar's tokens with any lossless method and window"
+    if not is_same_as_ar(method) and auto:
+        return (
+            "; auto chose the method from this machine's timings, and another choice draws another sample of "
+            "the same distribution (--same-as-ar: ar's own image whatever it picks)"
+        )
     if not is_same_as_ar(method):
         return (
             "; the same command and seed give the same image here; another method or window draws another "
