@@ -110,7 +110,7 @@ def report(bundle, gen, texts, seeds, decoding: Decoding, out: Path, trace: bool
             "auto": _auto_record(choice) if choice is not None else None,
             "ar_nfe": ar_nfe,
             "seeds": list(seeds),
-            "same_as_ar": is_same_as_ar(gen.method),
+            "same_as_ar": gen.method.same_as_ar,
             "deterministic": decoding.determinism,
             **s.as_dict(),
         }
@@ -131,11 +131,6 @@ def seed_text(seeds) -> str:
     return ", ".join(map(str, seeds))
 
 
-def is_same_as_ar(method) -> bool:
-    verifier = method.part("verifier")
-    return method.window == 1 or (verifier is not None and verifier.name == "invariant")
-
-
 def same_line(method, deterministic: bool, auto: bool = False) -> str:
     """What the same seed gives again (docs/exactness.md, "Same seed, same image"); ``auto``: the
     method was auto's choice, which follows this machine's timings."""
@@ -143,12 +138,12 @@ def same_line(method, deterministic: bool, auto: bool = False) -> str:
         if deterministic:
             return "; any lossless method and window with --same-as-ar draws these tokens"
         return "; --same-as-ar (deterministic) draws ar's tokens with any lossless method and window"
-    if not is_same_as_ar(method) and auto:
+    if not method.same_as_ar and auto:
         return (
             "; auto chose the method from this machine's timings, and another choice draws another sample of "
             "the same distribution (--same-as-ar: ar's own image whatever it picks)"
         )
-    if not is_same_as_ar(method):
+    if not method.same_as_ar:
         return (
             "; the same command and seed give the same image here; another method or window draws another "
             "sample of the same distribution (--same-as-ar: ar's own image)"

@@ -166,12 +166,12 @@ def generate(
     check_layout_type(layout)
     if quantize is not None:  # first: auto measures the model that will decode
         quantize_model(model, quantize)  # type: ignore[arg-type]  # a model that is no module: its ConfigError
+    if not isinstance(same_as_ar, bool):
+        raise ConfigError(f"same_as_ar must be True or False, got {same_as_ar!r}")
     if same_as_ar and method == "auto":
         method = SAME_AS_AR_AUTO  # the drafter that shares ar's noise; auto picks its window
     if method == "auto" or window is None:
         method, window = _auto(model, layout, prompt, uncond, method, window, options, temperature, top_k, top_p, cfg)
-    if not isinstance(same_as_ar, bool):
-        raise ConfigError(f"same_as_ar must be True or False, got {same_as_ar!r}")
     if deterministic is None:
         deterministic = same_as_ar
     spec = with_invariant(get_method(method)) if same_as_ar else get_method(method)

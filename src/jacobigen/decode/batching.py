@@ -115,9 +115,8 @@ def capacity(engine: Engine, longest: int) -> int:
     the attention's key block (:data:`jacobigen.core.invariant.KEYS`): the same slots for every window."""
     if engine.deterministic:
         longest = engine.model.max_seq_len - engine.layout.length
-        slots = cache_slots(longest, engine.layout.length, engine.schedule.block_slack)
-        return -(-slots // KEYS) * KEYS
-    return cache_slots(longest, engine.layout.length, engine.schedule.block_slack)
+    slots = cache_slots(longest, engine.layout.length, engine.schedule.block_slack)
+    return -(-slots // KEYS) * KEYS if engine.deterministic else slots
 
 
 def decode(

@@ -29,6 +29,7 @@ for _module in pkgutil.iter_modules(_parts.__path__):
     importlib.import_module(f"{_parts.__name__}.{_module.name}")
 
 LEFT_OUT = {"drafter": "sjd", "verifier": "mrs"}  # the part of a kind a method string leaves out
+INVARIANT = "invariant"  # the verifier that commits ar's own tokens (parts.verifiers.SameAsAr)
 
 
 def by_kind() -> list[str]:
@@ -80,6 +81,12 @@ class Method:
     def parts_text(self) -> str:
         """The method's one spelling (:func:`canonical`): what the stats line prints."""
         return canonical(self.parts)
+
+    @property
+    def same_as_ar(self) -> bool:
+        """Whether the seed's tokens are ``ar``'s: ``ar`` itself, or verified by the invariant verifier."""
+        verifier = self.part("verifier")
+        return self.window == 1 or (verifier is not None and verifier.name == INVARIANT)
 
     def part(self, kind: str) -> Part | None:
         return next((p for p in self.parts if p.kind == kind), None)
@@ -173,13 +180,13 @@ def same_as_ar(method: Method) -> Method:
     if method.window == 1:
         return method
     verifier = method.part("verifier")
-    if not method.lossless or verifier is None or verifier.name not in (LEFT_OUT["verifier"], "invariant"):
+    if not method.lossless or verifier is None or verifier.name not in (LEFT_OUT["verifier"], INVARIANT):
         raise ConfigError(
             f"same_as_ar needs a lossless method verified by rejection sampling; {method.name!r} is "
             f"{'lossy' if not method.lossless else 'verified by ' + repr(verifier and verifier.name)}: its tokens "
             "are not ar's"
         )
-    return get_method("+".join(p.name for p in method.parts if p.kind != "verifier") + "+invariant")
+    return get_method("+".join([*(p.name for p in method.parts if p.kind != "verifier"), INVARIANT]))
 
 
 @dataclass(frozen=True)
